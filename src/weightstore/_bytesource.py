@@ -1,0 +1,135 @@
+"""Where a container reader's bytes come from: a mapped file, `pread`, or a caller's buffer.
+
+Readers ask a source for ``(offset, size)`` ranges and get a `memoryview` back. The mapped and
+in-memory sources return views (no copy); the pread source returns a fresh buffer per range, for
+filesystems where mmap misbehaves (some network mounts, FUSE). A mapped file is opened
+copy-on-write (``MAP_PRIVATE``): arrays built on it can be written to, and those writes never
+reach the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Literal, Protocol
+
+from weightstore.errors import TruncatedError
+
+__all__ = ["ByteSource", "MemorySource", "MmapSource", "PreadSource", "ReadMode", "open_source"]
+
+ReadMode = Literal["mmap", "pread"]
+
+
+class ByteSource(Protocol):
+    """A random-access, read-only view of a container's bytes."""
+
+    @property
+    def name(self) -> str | None:
+        """The file path used in error messages, ``None`` for memory."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """Total length in bytes."""
+        ...
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        """Exactly `size` bytes from `offset`, or `TruncatedError` naming `what`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _check_range(source: ByteSource, offset: int, size: int, what: str, tensor: str | None) -> None:
+    if offset < 0 or size < 0 or offset + size > source.size:
+        found = max(0, source.size - max(offset, 0))
+        raise TruncatedError(what, size, found, path=source.name, tensor=tensor)
+
+
+class MemorySource:
+    """Bytes the caller already holds; `read` returns views into them."""
+
+    def __init__(self, buffer: bytes | bytearray | memoryview, name: str | None = None) -> None:
+        self._view = memoryview(buffer).cast("B")
+        self._name = name
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    @property
+    def size(self) -> int:
+        return self._view.nbytes
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        _check_range(self, offset, size, what, tensor)
+        return self._view[offset : offset + size]
+
+    def close(self) -> None:
+        """Nothing to release: the caller owns the buffer."""
+
+
+class MmapSource(MemorySource):
+    """A file mapped copy-on-write; ranges are views of the mapping."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            # mmap refuses empty files; an empty buffer reads the same and fails the same way.
+            self._map: mmap.mmap | None = (
+                mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+            )
+        super().__init__(memoryview(self._map) if self._map is not None else b"", name=path)
+
+    def close(self) -> None:
+        """Unmap unless arrays still view the mapping; then it goes when they do."""
+        try:
+            self._view.release()
+            if self._map is not None:
+                self._map.close()
+        except BufferError:
+            pass
+
+
+class PreadSource:
+    """A file read with `os.pread`: each range is a fresh, writable copy."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self._size = os.fstat(self._fd).st_size
+        self._name = path
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        _check_range(self, offset, size, what, tensor)
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        done = 0
+        while done < size:
+            got = os.preadv(self._fd, [view[done:]], offset + done)
+            if got == 0:  # the file shrank under us
+                raise TruncatedError(what, size, done, path=self._name, tensor=tensor)
+            done += got
+        return view
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def open_source(path: str | os.PathLike[str], mode: ReadMode = "mmap") -> ByteSource:
+    """Open `path` for random access reads with the given strategy."""
+    filename = os.fspath(path)
+    if mode == "mmap":
+        return MmapSource(filename)
+    if mode == "pread":
+        return PreadSource(filename)
+    raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")

@@ -1,0 +1,73 @@
+"""Burn's burnpack (``.bpk``) container: a 10-byte header, CBOR metadata, 256-aligned tensors.
+
+This package knows byte layouts only, nothing of models. `BurnpackReader` opens a file by its
+header and hands out tensors as NumPy views; `BurnpackWriter` streams `TensorEntry` objects into
+a file atomically or into bytes, byte-identical to Burn's own writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from weightstore.burnpack._layout import (
+    EXTENSION,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_CBOR_DEPTH,
+    MAX_FILE_SIZE,
+    MAX_METADATA_SIZE,
+    MAX_TENSOR_COUNT,
+    MAX_TENSOR_SIZE,
+    TENSOR_ALIGNMENT,
+    Scalar,
+    TensorDescriptor,
+    data_start,
+)
+from weightstore.burnpack._reader import BurnpackReader
+from weightstore.burnpack._writer import BurnpackWriter
+from weightstore.entry import TensorEntry
+
+__all__ = [
+    "EXTENSION",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAGIC",
+    "MAX_CBOR_DEPTH",
+    "MAX_FILE_SIZE",
+    "MAX_METADATA_SIZE",
+    "MAX_TENSOR_COUNT",
+    "MAX_TENSOR_SIZE",
+    "TENSOR_ALIGNMENT",
+    "BurnpackReader",
+    "BurnpackWriter",
+    "Scalar",
+    "TensorDescriptor",
+    "data_start",
+    "write_bytes",
+    "write_file",
+]
+
+
+def write_bytes(
+    entries: Iterable[TensorEntry],
+    metadata: Mapping[str, str] | None = None,
+    scalars: Mapping[str, int | float | bool | Scalar] | None = None,
+) -> bytes:
+    """A burnpack container in memory; shorthand for ``BurnpackWriter(...).to_bytes()``."""
+    return BurnpackWriter(entries, metadata, scalars).to_bytes()
+
+
+def write_file(
+    path: str | os.PathLike[str],
+    entries: Iterable[TensorEntry],
+    metadata: Mapping[str, str] | None = None,
+    scalars: Mapping[str, int | float | bool | Scalar] | None = None,
+    *,
+    overwrite: bool = False,
+    auto_extension: bool = True,
+) -> str:
+    """Save a burnpack file atomically; returns the path written (``.bpk`` added if needed)."""
+    writer = BurnpackWriter(entries, metadata, scalars)
+    return writer.save(path, overwrite=overwrite, auto_extension=auto_extension)

@@ -1,0 +1,335 @@
+"""Reading burnpack files: the header and metadata at open, each tensor when asked for.
+
+Validation is Burn's plus what Burn leaves out (see `_validate_layout`): we check the data
+section's exact length (Burn's check can miss up to 255 missing bytes), byte lengths against
+shape and dtype, overlaps, and trailing bytes that no descriptor claims. A file either opens
+with every descriptor proven consistent, or fails at open with an error naming the tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import cbor2
+import numpy as np
+
+from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore.burnpack._layout import (
+    EXTENSION,
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_FILE_SIZE,
+    MAX_METADATA_SIZE,
+    MAX_TENSOR_COUNT,
+    MAX_TENSOR_SIZE,
+    MAX_U64,
+    SCALAR_KINDS,
+    Scalar,
+    TensorDescriptor,
+    data_start,
+    decode_metadata,
+    duplicate_key_in,
+)
+from weightstore.dtypes import from_burnpack
+from weightstore.errors import (
+    DescriptorError,
+    DTypeError,
+    HeaderError,
+    LimitExceeded,
+    MetadataError,
+    TensorNotFoundError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
+
+__all__ = ["BurnpackReader"]
+
+
+class BurnpackReader:
+    """An open burnpack container. Opening reads only the header; tensors are read on access.
+
+    Example:
+        >>> with BurnpackReader.from_file("model.bpk") as pack:  # doctest: +SKIP
+        ...     weight = pack.get("fc1.weight")          # NumPy view of the mapped file
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        *,
+        max_metadata_size: int = MAX_METADATA_SIZE,
+        max_tensor_count: int = MAX_TENSOR_COUNT,
+        max_tensor_size: int = MAX_TENSOR_SIZE,
+    ) -> None:
+        self._source = source
+        self.path = source.name
+        self.version, metadata_size = self._read_header(max_metadata_size)
+        self.data_start = data_start(metadata_size)
+        top = self._read_metadata(metadata_size)
+        self.metadata: dict[str, str] = _parse_string_map(top.get("metadata"), self.path)
+        self.scalars: dict[str, Scalar] = _parse_scalars(top.get("scalars"), self.path)
+        self.descriptors: dict[str, TensorDescriptor] = _parse_descriptors(
+            top, self.path, max_tensor_count, max_tensor_size
+        )
+        self._validate_layout()
+
+    # -- constructors ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        mode: ReadMode = "mmap",
+        max_file_size: int = MAX_FILE_SIZE,
+        **limits: int,
+    ) -> BurnpackReader:
+        """Open a file; `.bpk` is appended when the path has no extension and does not exist.
+
+        Args:
+            path: the file.
+            mode: ``"mmap"`` (default, zero-copy views) or ``"pread"`` (a read per tensor).
+            max_file_size: refuse larger files before mapping them.
+            limits: ``max_metadata_size``, ``max_tensor_count``, ``max_tensor_size``.
+        """
+        filename = os.fspath(path)
+        if not os.path.splitext(filename)[1] and not os.path.exists(filename):
+            filename = f"{filename}.{EXTENSION}"
+        size = os.stat(filename).st_size
+        if size > max_file_size:
+            raise LimitExceeded("file size", size, max_file_size, path=filename)
+        source = open_source(filename, mode)
+        try:
+            return cls(source, **limits)
+        except BaseException:
+            source.close()
+            raise
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, *, copy: bool = True, **limits: int
+    ) -> BurnpackReader:
+        """Read a container held in memory.
+
+        Mutable buffers are copied first unless `copy` is false, so later writes by the caller
+        cannot change tensors already handed out. `bytes` are never copied.
+        """
+        if copy and not isinstance(data, bytes):
+            data = bytes(data)
+        return cls(MemorySource(data), **limits)
+
+    @classmethod
+    def from_static(cls, buffer: bytes | bytearray | memoryview, **limits: int) -> BurnpackReader:
+        """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
+        return cls(MemorySource(buffer), **limits)
+
+    # -- header and metadata --------------------------------------------------------------------
+
+    def _read_header(self, max_metadata_size: int) -> tuple[int, int]:
+        if self._source.size < HEADER_SIZE:
+            raise HeaderError(
+                f"file is {self._source.size} bytes, shorter than the {HEADER_SIZE}-byte header",
+                path=self.path,
+            )
+        magic, version, metadata_size = HEADER.unpack(
+            self._source.read(0, HEADER_SIZE, "the header")
+        )
+        if magic != MAGIC:
+            raise HeaderError(
+                f"magic number is {magic:#010x}, expected {MAGIC:#010x}; not a burnpack file",
+                path=self.path,
+            )
+        if version > FORMAT_VERSION:
+            raise UnsupportedVersionError(version, FORMAT_VERSION, path=self.path)
+        if metadata_size > max_metadata_size:
+            raise LimitExceeded("metadata size", metadata_size, max_metadata_size, path=self.path)
+        return version, metadata_size
+
+    def _read_metadata(self, metadata_size: int) -> dict[str, Any]:
+        block = self._source.read(HEADER_SIZE, metadata_size, "the CBOR metadata")
+        try:
+            top = decode_metadata(block)
+        except (cbor2.CBORDecodeError, ValueError, RecursionError) as err:
+            duplicate = duplicate_key_in(err)
+            if duplicate is not None:
+                raise DescriptorError(
+                    "name appears twice", path=self.path, tensor=duplicate
+                ) from err
+            raise MetadataError(f"metadata is not valid CBOR: {err}", path=self.path) from err
+        if not isinstance(top, dict) or not isinstance(top.get("tensors"), dict):
+            raise MetadataError("metadata is not a map with a 'tensors' map", path=self.path)
+        return top
+
+    def _validate_layout(self) -> None:
+        """Descriptors must tile the data section: no overlap, no gap at the end, no tail."""
+        spans = sorted(
+            (d.data_offsets for d in self.descriptors.values() if d.nbytes),
+        )
+        by_span = {d.data_offsets: d.name for d in self.descriptors.values() if d.nbytes}
+        previous_end = 0
+        for start, end in spans:
+            if start < previous_end:
+                raise DescriptorError(
+                    f"data_offsets [{start:,}, {end:,}) overlap another tensor's bytes",
+                    path=self.path,
+                    tensor=by_span[(start, end)],
+                )
+            previous_end = end
+        expected = self.data_start + max(
+            (d.data_offsets[1] for d in self.descriptors.values()), default=0
+        )
+        if self._source.size < expected:
+            last = max(self.descriptors.values(), key=lambda d: d.data_offsets[1], default=None)
+            raise TruncatedError(
+                "the data section", expected, self._source.size,
+                path=self.path, tensor=last.name if last else None,
+            )  # fmt: skip
+        if self._source.size > expected:
+            raise DescriptorError(
+                f"{self._source.size - expected:,} bytes follow the last tensor; no descriptor "
+                "claims them",
+                path=self.path,
+            )
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Tensor names, sorted (as Burn lists them)."""
+        return sorted(self.descriptors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.descriptors
+
+    def __len__(self) -> int:
+        return len(self.descriptors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def descriptor(self, name: str) -> TensorDescriptor:
+        try:
+            return self.descriptors[name]
+        except KeyError:
+            raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
+
+    def get_bytes(self, name: str) -> memoryview:
+        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""
+        descriptor = self.descriptor(name)
+        start, end = descriptor.data_offsets
+        return self._source.read(self.data_start + start, end - start, "tensor data", name)
+
+    def get(self, name: str) -> np.ndarray[Any, Any]:
+        """One tensor as a NumPy array in its stored dtype, a zero-copy view where possible.
+
+        Bools stored as u8/u32 words come back as ``bool`` arrays (a copy).
+        """
+        descriptor = self.descriptor(name)
+        numpy_dtype = descriptor.dtype.numpy
+        if numpy_dtype is None:
+            raise DTypeError(
+                f"dtype {descriptor.dtype.name} has no NumPy form; use get_bytes()",
+                path=self.path,
+                tensor=name,
+            )
+        array = np.frombuffer(self.get_bytes(name), dtype=numpy_dtype).reshape(descriptor.shape)
+        if descriptor.dtype.kind == "b" and numpy_dtype != np.bool_:
+            words: np.ndarray[Any, Any] = np.not_equal(array, 0)
+            return words
+        return array
+
+    def close(self) -> None:
+        """Release the file; arrays already handed out stay valid."""
+        self._source.close()
+
+    def __enter__(self) -> BurnpackReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parse_string_map(value: object, path: str | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise MetadataError("'metadata' is not a map of strings to strings", path=path)
+    return dict(value)
+
+
+def _parse_scalars(value: object, path: str | None) -> dict[str, Scalar]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MetadataError("'scalars' is not a map", path=path)
+    scalars = {}
+    for key, entry in value.items():
+        try:
+            ((kind, inner),) = entry.items()
+            if kind not in SCALAR_KINDS or not isinstance(key, str):
+                raise ValueError(kind)
+            scalars[key] = Scalar(kind, inner)
+        except (AttributeError, ValueError) as err:
+            raise MetadataError(f"scalar {key!r} is malformed: {entry!r}", path=path) from err
+    return scalars
+
+
+def _is_u64(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_U64
+
+
+def _parse_descriptors(
+    top: Mapping[str, Any], path: str | None, max_count: int, max_tensor_size: int
+) -> dict[str, TensorDescriptor]:
+    tensors = top["tensors"]
+    if len(tensors) > max_count:
+        raise LimitExceeded("tensor count", len(tensors), max_count, path=path)
+    return {
+        name: _parse_descriptor(name, fields, path, max_tensor_size)
+        for name, fields in tensors.items()
+    }
+
+
+def _parse_descriptor(
+    name: object, fields: object, path: str | None, max_tensor_size: int
+) -> TensorDescriptor:
+    if not isinstance(name, str):
+        raise DescriptorError(f"tensor name {name!r} is not a text string", path=path)
+
+    def fail(what: str) -> DescriptorError:
+        return DescriptorError(what, path=path, tensor=name)
+
+    if not isinstance(fields, dict):
+        raise fail(f"descriptor is {type(fields).__name__}, not a map")
+    try:
+        dtype = from_burnpack(fields.get("dtype"))
+    except DTypeError:
+        raise fail(f"dtype {fields.get('dtype')!r} is not a burnpack dtype") from None
+    shape = fields.get("shape")
+    if not isinstance(shape, list) or not all(_is_u64(dim) for dim in shape):
+        raise fail(f"shape {shape!r} is not a list of non-negative integers")
+    offsets = fields.get("data_offsets")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_u64, offsets)):
+        raise fail(f"data_offsets {offsets!r} is not a pair of non-negative integers")
+    start, end = offsets
+    if end < start:
+        raise fail(f"data_offsets end {end:,} is before start {start:,}")
+    if end - start > max_tensor_size:
+        raise LimitExceeded("tensor size", end - start, max_tensor_size, path=path, tensor=name)
+    param_id = fields.get("param_id")
+    if param_id is not None and not _is_u64(param_id):
+        raise fail(f"param_id {param_id!r} is not a u64")
+    scheme = fields["dtype"]["QFloat"] if dtype.kind == "q" else None
+    # QFloat lengths follow the quantization scheme's packing, which Burn's writer does not
+    # check either; they are bounded by the layout checks only.
+    if scheme is None and dtype.nbytes(tuple(shape)) != end - start:
+        raise fail(
+            f"data_offsets span {end - start:,} bytes, but shape {shape} of {dtype.name} "
+            f"needs {dtype.nbytes(tuple(shape)):,}"
+        )
+    return TensorDescriptor(name, dtype, tuple(shape), (start, end), param_id, scheme)

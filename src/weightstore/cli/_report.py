@@ -1,0 +1,88 @@
+"""What `weightstore inspect` shows about a file, independent of how it is printed.
+
+Each container format contributes one summarizer to `SUMMARIZERS`; the CLI detects the format
+and calls it. A new format is one function and one table row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from weightstore.burnpack import BurnpackReader
+from weightstore.detect import Format, detect_format
+from weightstore.dtypes import DType
+from weightstore.errors import UnsupportedFormatError
+
+__all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRow:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int | None = None  # absolute byte offset, where the format has one
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+@dataclass(slots=True)
+class FileReport:
+    path: str
+    format: Format
+    file_size: int
+    version: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    scalars: dict[str, Any] = field(default_factory=dict)
+    tensors: list[TensorRow] = field(default_factory=list)
+    # Non-tensor entries (PyTorch checkpoints carry configs, epochs, ...): name -> short repr.
+    others: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_nbytes(self) -> int:
+        return sum(row.nbytes for row in self.tensors)
+
+    @property
+    def total_numel(self) -> int:
+        return sum(row.numel for row in self.tensors)
+
+
+def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
+    with BurnpackReader.from_file(path) as pack:
+        rows = [
+            TensorRow(d.name, d.dtype, d.shape, d.nbytes, pack.data_start + d.data_offsets[0])
+            for d in sorted(pack.descriptors.values(), key=lambda d: d.data_offsets)
+        ]
+        return FileReport(
+            path=path,
+            format="burnpack",
+            file_size=os.path.getsize(path),
+            version=str(pack.version),
+            metadata=dict(pack.metadata),
+            scalars={key: scalar.value for key, scalar in pack.scalars.items()},
+            tensors=rows,
+        )
+
+
+Summarizer = Callable[[str, dict[str, Any]], FileReport]
+SUMMARIZERS: dict[Format, Summarizer] = {"burnpack": _summarize_burnpack}
+
+
+def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
+    """Detect the format of `path` and describe its contents without reading tensor data."""
+    filename = os.fspath(path)
+    file_format = detect_format(filename)
+    summarizer = SUMMARIZERS.get(file_format)
+    if summarizer is None:
+        raise UnsupportedFormatError(f"inspecting {file_format} files is not supported yet",
+                                     path=filename)  # fmt: skip
+    return summarizer(filename, options)

@@ -1,0 +1,243 @@
+"""Every dtype weightstore knows, in one table, with its name in each format.
+
+One row per logical dtype. A row says how wide an element is, what kind of number it holds, and
+how burnpack, SafeTensors, NumPy and torch spell it (``None`` where a format cannot hold it).
+Every lookup in the package goes through this table, so adding a dtype is adding one row.
+
+torch is never imported here: torch dtypes are named by their attribute on the ``torch`` module
+(``"bfloat16"``), which the torch bridge resolves only when torch is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import ml_dtypes
+import numpy as np
+
+from weightstore.errors import DTypeError
+
+__all__ = [
+    "ALL_DTYPES",
+    "DType",
+    "from_burnpack",
+    "from_name",
+    "from_numpy",
+    "from_safetensors",
+    "from_torch",
+    "from_torch_storage",
+    "to_burnpack",
+    "to_safetensors",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    """One logical element type.
+
+    Attributes:
+        name: canonical weightstore name, the SafeTensors spelling where it has one.
+        bits: element width in bits (4 and 6 for packed sub-byte floats).
+        kind: ``"f"`` float, ``"i"`` signed int, ``"u"`` unsigned int, ``"b"`` bool,
+            ``"c"`` complex, ``"q"`` quantized (opaque bytes).
+        numpy: the NumPy dtype of one element, or ``None`` when NumPy cannot hold it.
+        burnpack: burnpack CBOR value (``"F32"`` or ``{"Bool": "Native"}``), or ``None``.
+        safetensors: SafeTensors header name, or ``None``.
+        torch: attribute name on the ``torch`` module, or ``None``.
+    """
+
+    name: str
+    bits: int
+    kind: str
+    numpy: np.dtype[Any] | None
+    burnpack: str | Mapping[str, str] | None
+    safetensors: str | None
+    torch: str | None
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element; sub-byte dtypes are refused since they have no whole size."""
+        if self.bits % 8:
+            raise DTypeError(f"dtype {self.name} packs {self.bits}-bit elements")
+        return self.bits // 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("i", "u")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    def nbytes(self, shape: tuple[int, ...]) -> int:
+        """Bytes needed for `shape` elements, packed sub-byte types rounded up to whole bytes."""
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        return (numel * self.bits + 7) // 8
+
+    def __repr__(self) -> str:
+        return f"DType({self.name})"
+
+
+def _np(name: str) -> np.dtype[Any]:
+    little: np.dtype[Any] = np.dtype(name).newbyteorder("<")
+    return little
+
+
+def _ml(name: str) -> np.dtype[Any] | None:
+    scalar: type | None = getattr(ml_dtypes, name, None)
+    return None if scalar is None else np.dtype(scalar)
+
+
+def _row(
+    name: str,
+    bits: int,
+    kind: str,
+    numpy: np.dtype[Any] | None,
+    burnpack: str | Mapping[str, str] | None,
+    safetensors: str | None,
+    torch: str | None,
+) -> DType:
+    return DType(name, bits, kind, numpy, burnpack, safetensors, torch)
+
+
+# fmt: off
+ALL_DTYPES: Final[tuple[DType, ...]] = (
+    #     name         bits kind numpy                  burnpack               safetensors  torch
+    _row("F64",        64, "f", _np("f8"),              "F64",                 "F64",       "float64"),
+    _row("F32",        32, "f", _np("f4"),              "F32",                 "F32",       "float32"),
+    # Burn's Flex32 is stored as plain f32 bytes; it maps back to F32 outside burnpack.
+    _row("FLEX32",     32, "f", _np("f4"),              "Flex32",              None,        None),
+    _row("F16",        16, "f", _np("f2"),              "F16",                 "F16",       "float16"),
+    _row("BF16",       16, "f", _ml("bfloat16"),        "BF16",                "BF16",      "bfloat16"),
+    _row("I64",        64, "i", _np("i8"),              "I64",                 "I64",       "int64"),
+    _row("I32",        32, "i", _np("i4"),              "I32",                 "I32",       "int32"),
+    _row("I16",        16, "i", _np("i2"),              "I16",                 "I16",       "int16"),
+    _row("I8",          8, "i", _np("i1"),              "I8",                  "I8",        "int8"),
+    _row("U64",        64, "u", _np("u8"),              "U64",                 "U64",       "uint64"),
+    _row("U32",        32, "u", _np("u4"),              "U32",                 "U32",       "uint32"),
+    _row("U16",        16, "u", _np("u2"),              "U16",                 "U16",       "uint16"),
+    _row("U8",          8, "u", _np("u1"),              "U8",                  "U8",        "uint8"),
+    _row("BOOL",        8, "b", np.dtype(np.bool_),     {"Bool": "Native"},    "BOOL",      "bool"),
+    # Burn can also store bools as u8 or u32 words; NumPy sees the words, nonzero is true.
+    _row("BOOL_U8",     8, "b", _np("u1"),              {"Bool": "U8"},        None,        None),
+    _row("BOOL_U32",   32, "b", _np("u4"),              {"Bool": "U32"},       None,        None),
+    _row("C64",        64, "c", _np("c8"),              None,                  "C64",       "complex64"),
+    _row("C128",      128, "c", _np("c16"),             None,                  None,        "complex128"),
+    _row("F8_E4M3",     8, "f", _ml("float8_e4m3fn"),   None,                  "F8_E4M3",   "float8_e4m3fn"),
+    _row("F8_E5M2",     8, "f", _ml("float8_e5m2"),     None,                  "F8_E5M2",   "float8_e5m2"),
+    _row("F8_E4M3FNUZ", 8, "f", _ml("float8_e4m3fnuz"), None,                  None,        "float8_e4m3fnuz"),
+    _row("F8_E5M2FNUZ", 8, "f", _ml("float8_e5m2fnuz"), None,                  None,        "float8_e5m2fnuz"),
+    _row("F8_E8M0",     8, "f", _ml("float8_e8m0fnu"),  None,                  "F8_E8M0",   "float8_e8m0fnu"),
+    # Packed sub-byte floats: SafeTensors lists them; NumPy has no packed array type.
+    _row("F4",          4, "f", None,                   None,                  "F4",        None),
+    _row("F6_E2M3",     6, "f", None,                   None,                  "F6_E2M3",   None),
+    _row("F6_E3M2",     6, "f", None,                   None,                  "F6_E3M2",   None),
+    # Burn's quantized tensors: opaque bytes whose scheme travels beside the descriptor.
+    _row("QFLOAT",      8, "q", None,                   None,                  None,        None),
+)
+# fmt: on
+
+_BY_NAME: Final = {d.name: d for d in ALL_DTYPES}
+_BY_SAFETENSORS: Final = {d.safetensors: d for d in ALL_DTYPES if d.safetensors}
+_BY_BURNPACK_UNIT: Final = {d.burnpack: d for d in ALL_DTYPES if isinstance(d.burnpack, str)}
+_BY_BURNPACK_BOOL: Final = {
+    d.burnpack["Bool"]: d for d in ALL_DTYPES if isinstance(d.burnpack, Mapping)
+}
+_BY_TORCH: Final = {d.torch: d for d in ALL_DTYPES if d.torch}
+# NumPy lookups prefer the first row holding a NumPy dtype: F32 before FLEX32, BOOL before words.
+_BY_NUMPY: Final = {
+    d.numpy: d
+    for d in reversed(ALL_DTYPES)
+    if d.numpy is not None and (d.kind != "b" or d.name == "BOOL")
+}
+# Legacy torch storage classes name their element type; `UntypedStorage` carries it elsewhere.
+_TORCH_STORAGE: Final = {
+    "DoubleStorage": "F64", "FloatStorage": "F32", "HalfStorage": "F16",
+    "BFloat16Storage": "BF16", "LongStorage": "I64", "IntStorage": "I32",
+    "ShortStorage": "I16", "CharStorage": "I8", "ByteStorage": "U8", "BoolStorage": "BOOL",
+    "ComplexFloatStorage": "C64", "ComplexDoubleStorage": "C128",
+    "UInt16Storage": "U16", "UInt32Storage": "U32", "UInt64Storage": "U64",
+    "Float8_e4m3fnStorage": "F8_E4M3", "Float8_e5m2Storage": "F8_E5M2",
+}  # fmt: skip
+
+QFLOAT: Final = _BY_NAME["QFLOAT"]
+
+
+def from_name(name: str) -> DType:
+    """The row for a canonical weightstore name (``"F32"``, ``"BOOL"``, ...)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise DTypeError(f"unknown dtype name {name!r}") from None
+
+
+def from_safetensors(name: str) -> DType:
+    """The row for a SafeTensors header dtype string."""
+    try:
+        return _BY_SAFETENSORS[name]
+    except (KeyError, TypeError):
+        raise DTypeError(f"unknown SafeTensors dtype {name!r}") from None
+
+
+def from_burnpack(value: object) -> DType:
+    """The row for a decoded burnpack dtype: ``"F32"``, ``{"Bool": "U8"}``, ``{"QFloat": ...}``."""
+    if isinstance(value, str) and value in _BY_BURNPACK_UNIT:
+        return _BY_BURNPACK_UNIT[value]
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((variant, inner),) = value.items()
+        if variant == "Bool" and isinstance(inner, str) and inner in _BY_BURNPACK_BOOL:
+            return _BY_BURNPACK_BOOL[inner]
+        if variant == "QFloat" and isinstance(inner, Mapping):
+            return QFLOAT
+    raise DTypeError(f"unknown burnpack dtype {value!r}")
+
+
+def from_numpy(dtype: np.dtype[Any] | type) -> DType:
+    """The row for a NumPy dtype (either byte order)."""
+    key = np.dtype(dtype)
+    if key.byteorder == ">":
+        key = key.newbyteorder("<")
+    try:
+        return _BY_NUMPY[key]
+    except KeyError:
+        raise DTypeError(f"NumPy dtype {key} has no weightstore equivalent") from None
+
+
+def from_torch(name: str) -> DType:
+    """The row for a torch dtype given as ``"bfloat16"``, ``"torch.bfloat16"`` or the object."""
+    key = str(name).removeprefix("torch.")
+    try:
+        return _BY_TORCH[key]
+    except KeyError:
+        raise DTypeError(f"torch dtype {key} has no weightstore equivalent") from None
+
+
+def from_torch_storage(class_name: str) -> DType:
+    """The row for a legacy typed storage class name such as ``"FloatStorage"``."""
+    try:
+        return _BY_NAME[_TORCH_STORAGE[class_name]]
+    except KeyError:
+        raise DTypeError(f"unknown torch storage class {class_name!r}") from None
+
+
+def to_burnpack(dtype: DType) -> str | Mapping[str, str]:
+    """The burnpack CBOR value for `dtype`; QFloat values carry their scheme and are built by
+    the burnpack writer."""
+    if dtype.burnpack is None:
+        raise DTypeError(f"dtype {dtype.name} cannot be stored in burnpack")
+    return dtype.burnpack
+
+
+def to_safetensors(dtype: DType) -> str:
+    """The SafeTensors header name for `dtype`."""
+    if dtype.safetensors is None:
+        raise DTypeError(f"dtype {dtype.name} cannot be stored in SafeTensors")
+    return dtype.safetensors

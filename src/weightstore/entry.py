@@ -1,0 +1,89 @@
+"""What a container writer is handed: one `TensorEntry` per tensor, data now or on demand.
+
+Writers (burnpack, SafeTensors) share this interface. An entry declares its name, dtype, shape and
+byte length up front, so a writer can lay out the whole header before touching any data; the
+bytes come either directly or from a zero-argument function that the writer calls once, in write
+order, and drops before asking for the next. That is what bounds a save's peak memory by the
+largest tensor instead of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from weightstore.dtypes import DType, from_numpy
+from weightstore.errors import EntryError
+
+__all__ = ["Buffer", "TensorEntry", "as_byte_view"]
+
+# Anything exposing the buffer protocol, or an array (made C-contiguous and little-endian first).
+Buffer: TypeAlias = "bytes | bytearray | memoryview | np.ndarray[Any, Any]"
+
+
+def as_byte_view(data: Buffer) -> memoryview:
+    """A flat, byte-format view of `data` without copying when it is already laid out right.
+
+    Arrays are copied only when they are not C-contiguous or not little-endian, since the file
+    formats store C order, little-endian.
+    """
+    if isinstance(data, np.ndarray):
+        array = data
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        array = np.ascontiguousarray(array)
+        return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    view = memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    """One tensor for a writer.
+
+    Attributes:
+        name: the tensor's key in the file.
+        dtype: element type.
+        shape: dimensions, outermost first.
+        data: the bytes, or a function returning them when the writer gets to this tensor.
+        param_id: burnpack parameter id (u64), ignored by formats without one.
+        nbytes: declared byte length; computed from shape and dtype when omitted (required for
+            quantized dtypes, whose length follows their scheme).
+        quant_scheme: the decoded burnpack QFloat scheme, kept verbatim.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    data: Buffer | Callable[[], Buffer]
+    param_id: int | None = None
+    nbytes: int = -1
+    quant_scheme: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.nbytes < 0:
+            if self.dtype.kind == "q":
+                raise EntryError("a quantized entry must declare nbytes", tensor=self.name)
+            object.__setattr__(self, "nbytes", self.dtype.nbytes(self.shape))
+
+    @classmethod
+    def from_array(
+        cls, name: str, array: np.ndarray[Any, Any], param_id: int | None = None
+    ) -> TensorEntry:
+        """An entry holding `array` itself (its dtype looked up in the dtype table)."""
+        return cls(name, from_numpy(array.dtype), tuple(array.shape), array, param_id)
+
+    def read(self) -> memoryview:
+        """The entry's bytes, produced now, checked against the declared length."""
+        produced = self.data() if callable(self.data) else self.data
+        view = as_byte_view(produced)
+        if view.nbytes != self.nbytes:
+            raise EntryError(
+                f"data is {view.nbytes:,} bytes, but dtype {self.dtype.name} and shape "
+                f"{list(self.shape)} declare {self.nbytes:,}",
+                tensor=self.name,
+            )
+        return view
