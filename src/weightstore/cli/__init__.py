@@ -20,11 +20,14 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = commands.add_parser("inspect", help="show a file's format, metadata and tensors")
     parser.add_argument("path", help="a .bpk, .safetensors or .pt/.pth file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--top-level-key", metavar="KEY", help="PyTorch: list the tensors under this key only"
+    )
     parser.set_defaults(run=_run_inspect)
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    report = summarize(args.path)
+    report = summarize(args.path, top_level_key=args.top_level_key)
     print(render_json(report) if args.json else render_text(report))
     return 0
 
