@@ -15,6 +15,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
     ├── TensorNotFoundError (KeyError)      a name that is not in the file
     ├── EntryError (ValueError)             a writer was handed a bad tensor entry
+    ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
     └── DestinationExistsError (FileExistsError)  a save would overwrite a file
 
 Messages follow one shape: ``<file>[, tensor '<name>']: <what went wrong>``. Facts travel as
@@ -30,6 +31,7 @@ __all__ = [
     "EntryError",
     "FormatError",
     "HeaderError",
+    "InvalidOptionError",
     "LimitExceeded",
     "MetadataError",
     "TensorNotFoundError",
@@ -154,6 +156,16 @@ class TensorNotFoundError(WeightstoreError, KeyError):
 
 class EntryError(WeightstoreError, ValueError):
     """A writer was handed an entry it cannot write: wrong byte length, duplicate name, ..."""
+
+
+class InvalidOptionError(WeightstoreError, ValueError):
+    """A builder or function option that cannot work; raised at the call that set it."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        self.path = None
+        self.tensor = None
+        ValueError.__init__(self, detail)
 
 
 class DestinationExistsError(WeightstoreError, FileExistsError):
