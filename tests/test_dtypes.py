@@ -1,0 +1,83 @@
+"""The dtype table: every name maps back and forth, widths and predicates are right."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from weightstore import dtypes
+from weightstore.dtypes import ALL_DTYPES
+from weightstore.errors import DTypeError
+
+
+def test_names_are_unique_in_every_column() -> None:
+    for column in ("name", "safetensors", "torch"):
+        values = [getattr(d, column) for d in ALL_DTYPES if getattr(d, column)]
+        assert len(values) == len(set(values)), column
+
+
+@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d.safetensors], ids=str)
+def test_safetensors_names_round_trip(dtype: dtypes.DType) -> None:
+    assert dtypes.from_safetensors(dtypes.to_safetensors(dtype)) is dtype
+
+
+@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d.burnpack], ids=str)
+def test_burnpack_values_round_trip(dtype: dtypes.DType) -> None:
+    assert dtypes.from_burnpack(dtypes.to_burnpack(dtype)) is dtype
+
+
+@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d.torch], ids=str)
+def test_torch_names_round_trip(dtype: dtypes.DType) -> None:
+    assert dtypes.from_torch(f"torch.{dtype.torch}") is dtype
+
+
+def test_numpy_lookup_prefers_plain_types() -> None:
+    assert dtypes.from_numpy(np.float32).name == "F32"  # not Flex32
+    assert dtypes.from_numpy(np.uint8).name == "U8"  # not Bool(U8)
+    assert dtypes.from_numpy(np.bool_).name == "BOOL"
+    assert dtypes.from_numpy(np.dtype(">i4")).name == "I32"
+    assert dtypes.from_numpy(ml_dtypes.bfloat16).name == "BF16"
+    assert dtypes.from_numpy(ml_dtypes.float8_e4m3fn).name == "F8_E4M3"
+
+
+def test_itemsizes_match_numpy() -> None:
+    for dtype in ALL_DTYPES:
+        if dtype.numpy is not None:
+            assert dtype.itemsize == dtype.numpy.itemsize, dtype
+
+
+def test_sub_byte_dtypes_have_no_itemsize_but_pack() -> None:
+    f4 = dtypes.from_safetensors("F4")
+    assert f4.nbytes((3,)) == 2  # three 4-bit elements round up to two bytes
+    with pytest.raises(DTypeError, match="4-bit"):
+        _ = f4.itemsize
+
+
+def test_predicates() -> None:
+    assert dtypes.from_name("BF16").is_float and not dtypes.from_name("BF16").is_int
+    assert dtypes.from_name("U32").is_int and dtypes.from_name("BOOL_U32").is_bool
+
+
+def test_torch_storage_classes() -> None:
+    assert dtypes.from_torch_storage("FloatStorage").name == "F32"
+    assert dtypes.from_torch_storage("BFloat16Storage").name == "BF16"
+    with pytest.raises(DTypeError, match="NopeStorage"):
+        dtypes.from_torch_storage("NopeStorage")
+
+
+def test_a_format_that_cannot_hold_a_dtype_names_both() -> None:
+    with pytest.raises(DTypeError, match="C64 cannot be stored in burnpack"):
+        dtypes.to_burnpack(dtypes.from_name("C64"))
+    with pytest.raises(DTypeError, match="FLEX32 cannot be stored in SafeTensors"):
+        dtypes.to_safetensors(dtypes.from_name("FLEX32"))
+
+
+@pytest.mark.parametrize(
+    "bad", [("F128", dtypes.from_safetensors), ({"Bool": "U16"}, dtypes.from_burnpack),
+            ("float128", dtypes.from_torch), (np.dtype("U4"), dtypes.from_numpy)],
+)  # fmt: skip
+def test_unknown_names_are_refused(bad: tuple[object, object]) -> None:
+    value, lookup = bad
+    with pytest.raises(DTypeError):
+        lookup(value)  # type: ignore[operator]
