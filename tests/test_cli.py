@@ -48,7 +48,9 @@ def test_inspect_json_metadata_and_bf16(capsys: pytest.CaptureFixture[str]) -> N
     assert {t["name"]: t["dtype"] for t in document["tensors"]}["embedding.weight"] == "BF16"
 
 
-def test_bad_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.bpk"
     bad.write_bytes(b"NRUB\x09\x00\x00\x00\x00\x00")
     assert main(["inspect", str(bad)]) == 2

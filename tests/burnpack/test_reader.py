@@ -171,7 +171,8 @@ def test_extensionless_path_finds_the_bpk(tmp_path: Path) -> None:
 
 def test_bools_stored_as_words_come_back_as_bools() -> None:
     words = np.array([0, 1, 5], "<u4")
-    pack = BurnpackReader.from_bytes(_craft({"w": _desc({"Bool": "U32"}, [3], 0, 12)}, words.tobytes()))
+    data = _craft({"w": _desc({"Bool": "U32"}, [3], 0, 12)}, words.tobytes())
+    pack = BurnpackReader.from_bytes(data)
     assert pack.get("w").tolist() == [False, True, True]
 
 
