@@ -7,6 +7,10 @@ the public surface. torch is never imported by ``import weightstore``.
 from __future__ import annotations
 
 from weightstore import burnpack, dtypes
+from weightstore._version import __version__
+from weightstore.adapters import Adapter, ChainAdapter, IdentityAdapter
+from weightstore.apply_result import ApplyError, ApplyResult
+from weightstore.bridge import to_data, to_torch
 from weightstore.burnpack import BurnpackReader, BurnpackWriter, Scalar
 from weightstore.detect import detect_format
 from weightstore.dtypes import DType
@@ -26,12 +30,25 @@ from weightstore.errors import (
     UnsupportedVersionError,
     WeightstoreError,
 )
-
-__version__ = "0.1.0"
+from weightstore.module_snapshot import ModuleSnapshot, apply, collect, load_from, save_into
+from weightstore.paths import KeyRemapper, PathFilter, map_indices_contiguous
+from weightstore.snapshot import TensorSnapshot
+from weightstore.stores import (
+    BurnpackStore,
+    LoadFailedError,
+    PytorchStore,
+    SafetensorsStore,
+    Store,
+)
 
 __all__ = [
+    "Adapter",
+    "ApplyError",
+    "ApplyResult",
     "BurnpackReader",
+    "BurnpackStore",
     "BurnpackWriter",
+    "ChainAdapter",
     "DType",
     "DTypeError",
     "DescriptorError",
@@ -39,17 +56,33 @@ __all__ = [
     "EntryError",
     "FormatError",
     "HeaderError",
+    "IdentityAdapter",
+    "KeyRemapper",
     "LimitExceeded",
+    "LoadFailedError",
     "MetadataError",
+    "ModuleSnapshot",
+    "PathFilter",
+    "PytorchStore",
+    "SafetensorsStore",
     "Scalar",
+    "Store",
     "TensorEntry",
     "TensorNotFoundError",
+    "TensorSnapshot",
     "TruncatedError",
     "UnsupportedFormatError",
     "UnsupportedVersionError",
     "WeightstoreError",
     "__version__",
+    "apply",
     "burnpack",
+    "collect",
     "detect_format",
     "dtypes",
+    "load_from",
+    "map_indices_contiguous",
+    "save_into",
+    "to_data",
+    "to_torch",
 ]

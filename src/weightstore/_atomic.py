@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from weightstore.errors import DestinationExistsError
 
-__all__ = ["with_default_extension", "write_atomic"]
+__all__ = ["with_default_extension", "write_all", "write_atomic"]
 
 _counter = itertools.count()
 
@@ -29,6 +29,15 @@ def with_default_extension(path: str | os.PathLike[str], extension: str) -> str:
     filename = os.fspath(path)
     _, ext = os.path.splitext(filename)
     return filename if ext else f"{filename}.{extension}"
+
+
+def write_all(file: BinaryIO, data: memoryview) -> None:
+    """Write every byte of `data`: unbuffered files may accept less than asked per call."""
+    while data.nbytes:
+        written = file.write(data)
+        if written is None or written >= data.nbytes:
+            return
+        data = data[written:]
 
 
 def _open_scratch(destination: str) -> tuple[str, int]:

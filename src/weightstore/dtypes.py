@@ -22,6 +22,7 @@ from weightstore.errors import DTypeError
 __all__ = [
     "ALL_DTYPES",
     "DType",
+    "can_cast_exactly",
     "from_burnpack",
     "from_name",
     "from_numpy",
@@ -133,8 +134,8 @@ ALL_DTYPES: Final[tuple[DType, ...]] = (
     _row("C128",      128, "c", _np("c16"),             None,                  None,        "complex128"),
     _row("F8_E4M3",     8, "f", _ml("float8_e4m3fn"),   None,                  "F8_E4M3",   "float8_e4m3fn"),
     _row("F8_E5M2",     8, "f", _ml("float8_e5m2"),     None,                  "F8_E5M2",   "float8_e5m2"),
-    _row("F8_E4M3FNUZ", 8, "f", _ml("float8_e4m3fnuz"), None,                  None,        "float8_e4m3fnuz"),
-    _row("F8_E5M2FNUZ", 8, "f", _ml("float8_e5m2fnuz"), None,                  None,        "float8_e5m2fnuz"),
+    _row("F8_E4M3FNUZ", 8, "f", _ml("float8_e4m3fnuz"), None,                  "F8_E4M3FNUZ",        "float8_e4m3fnuz"),
+    _row("F8_E5M2FNUZ", 8, "f", _ml("float8_e5m2fnuz"), None,                  "F8_E5M2FNUZ",        "float8_e5m2fnuz"),
     _row("F8_E8M0",     8, "f", _ml("float8_e8m0fnu"),  None,                  "F8_E8M0",   "float8_e8m0fnu"),
     # Packed sub-byte floats: SafeTensors lists them; NumPy has no packed array type.
     _row("F4",          4, "f", None,                   None,                  "F4",        None),
@@ -241,3 +242,30 @@ def to_safetensors(dtype: DType) -> str:
     if dtype.safetensors is None:
         raise DTypeError(f"dtype {dtype.name} cannot be stored in SafeTensors")
     return dtype.safetensors
+
+
+def _float_range(dtype: np.dtype[Any]) -> tuple[int, int, int]:
+    info = ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
+    return int(info.nmant), int(info.minexp), int(info.maxexp)
+
+
+def can_cast_exactly(source: DType, target: DType) -> bool:
+    """Whether every value of `source` is exactly representable in `target`.
+
+    Loads convert a tensor to the model's dtype only when this holds (f16 -> f32, i32 -> i64,
+    bf16 -> f32); anything lossy needs an explicit cast adapter.
+    """
+    if source == target:
+        return True
+    if source.numpy is None or target.numpy is None or "q" in (source.kind, target.kind):
+        return False
+    if source.kind == "b":
+        return True  # 0 and 1 fit every numeric type
+    if target.kind == "f" and source.kind == "f":
+        s_mant, s_min, s_max = _float_range(source.numpy)
+        t_mant, t_min, t_max = _float_range(target.numpy)
+        return t_mant >= s_mant and t_min <= s_min and t_max >= s_max
+    if target.kind == "f" and source.kind in "iu":
+        t_mant = _float_range(target.numpy)[0]
+        return source.bits - (source.kind == "i") <= t_mant + 1
+    return bool(np.can_cast(source.numpy, target.numpy, casting="safe"))

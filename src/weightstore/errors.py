@@ -8,15 +8,22 @@ resembles, so callers can catch ours or keep their old handlers::
     │   ├── HeaderError                     header too short, bad magic
     │   ├── UnsupportedVersionError         a version newer than we read
     │   ├── MetadataError                   CBOR/JSON/pickle metadata that does not decode
+    │   │   └── PickleError                 a pickle stream that breaks the pickle machine's rules
     │   ├── DescriptorError                 a tensor descriptor that lies (offsets, shape, dtype)
+    │   │   └── MissingStorageError         a tensor whose storage the file does not hold
     │   ├── LimitExceeded                   a claimed size over a reader limit
-    │   └── TruncatedError (EOFError)       the file ends before what it claims
+    │   ├── TruncatedError (EOFError)       the file ends before what it claims
+    │   └── ArchiveError                    the zip or tar container around the data is damaged
     ├── UnsupportedFormatError (ValueError) a file that is not a format we read
+    │   └── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
     ├── TensorNotFoundError (KeyError)      a name that is not in the file
+    │   └── KeyNotFoundError                a top-level key or entry that is not in the file
     ├── EntryError (ValueError)             a writer was handed a bad tensor entry
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
-    └── DestinationExistsError (FileExistsError)  a save would overwrite a file
+    ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
+    ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
+    └── SliceError (IndexError)             a slice index out of range or of a kind not supported
 
 Messages follow one shape: ``<file>[, tensor '<name>']: <what went wrong>``. Facts travel as
 attributes (`path`, `tensor`) so tests and callers never parse text.
@@ -25,6 +32,7 @@ attributes (`path`, `tensor`) so tests and callers never parse text.
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveError",
     "DTypeError",
     "DescriptorError",
     "DestinationExistsError",
@@ -34,9 +42,12 @@ __all__ = [
     "InvalidOptionError",
     "LimitExceeded",
     "MetadataError",
+    "RemapCollisionError",
+    "SliceError",
     "TensorNotFoundError",
     "TruncatedError",
     "UnsupportedFormatError",
+    "UnsupportedObjectError",
     "UnsupportedVersionError",
     "WeightstoreError",
 ]
@@ -176,3 +187,120 @@ class DestinationExistsError(WeightstoreError, FileExistsError):
 
     def __str__(self) -> str:
         return WeightstoreError.__str__(self)
+
+
+class RemapCollisionError(WeightstoreError, ValueError):
+    """Key remapping (or index mapping) gives two different tensors the same new name.
+
+    Burn keeps whichever tensor it meets last, so the loaded model depends on iteration order;
+    we refuse instead and name both sources so the rule can be fixed.
+
+    Attributes:
+        new: the name both tensors would receive.
+        first, second: the two original names, in input order.
+    """
+
+    def __init__(self, new: str, first: str, second: str, *, path: str | None = None) -> None:
+        self.new, self.first, self.second = new, first, second
+        self.path, self.tensor = path, None
+        self.detail = (
+            f"remapping gives {first!r} and {second!r} the same name {new!r}; "
+            "change the patterns so that every name stays unique"
+        )
+        ValueError.__init__(self, f"{path}: {self.detail}" if path else self.detail)
+
+
+class SliceError(WeightstoreError, IndexError):
+    """An index into a lazily sliced tensor that is out of range or of a kind we do not read.
+
+    Raised before any tensor byte is read, naming the file and tensor; NumPy raises `IndexError`
+    for the same indices, so existing handlers keep working.
+    """
+
+
+# -- appended for the PyTorch reader ----------------------------------------------------------
+
+
+class PickleError(MetadataError):
+    """A pickle stream the symbolic pickle machine refuses: an unknown opcode, a stack underflow,
+    a memo reference to nothing, a constructor called with arguments it cannot take.
+
+    Attributes:
+        offset: byte position of the opcode in its pickle stream, when known.
+        opcode: the opcode's name (``"BINPUT"``), when known.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        offset: int | None = None,
+        opcode: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.offset, self.opcode = offset, opcode
+        where = "" if offset is None else f" at byte {offset:,}"
+        what = f"pickle opcode {opcode}{where}" if opcode else f"pickle{where}"
+        super().__init__(f"{what}: {detail}", path=path)
+
+
+class MissingStorageError(DescriptorError):
+    """A tensor refers to a storage the file does not hold; raised instead of returning zeros.
+
+    Attributes:
+        key: the storage key the tensor refers to (``"0"`` for ``data/0`` in a zip checkpoint).
+    """
+
+    def __init__(self, key: str, *, path: str | None = None, tensor: str | None = None) -> None:
+        self.key = key
+        super().__init__(f"storage {key!r} is not in the file", path=path, tensor=tensor)
+
+
+class ArchiveError(FormatError):
+    """The zip or tar container around a checkpoint is damaged: a bad local header, a CRC
+    mismatch, an entry that is missing or not a plain file.
+
+    Attributes:
+        entry: the archive entry at fault, when one is.
+    """
+
+    def __init__(self, detail: str, *, entry: str | None = None, path: str | None = None) -> None:
+        self.entry = entry
+        super().__init__(detail if entry is None else f"entry {entry!r}: {detail}", path=path)
+
+
+class UnsupportedObjectError(UnsupportedFormatError):
+    """A value the file builds with a constructor we cannot represent without running it
+    (quantized or sparse tensors, ...).
+
+    Attributes:
+        global_name: the dotted name of the constructor, ``"torch._utils._rebuild_qtensor"``.
+    """
+
+    def __init__(
+        self, global_name: str, reason: str, *, path: str | None = None, tensor: str | None = None
+    ) -> None:
+        self.global_name = global_name
+        super().__init__(
+            f"built by {global_name} ({reason}), which cannot be represented without torch",
+            path=path,
+            tensor=tensor,
+        )
+
+
+class KeyNotFoundError(TensorNotFoundError):
+    """A top-level key (or other entry name) that the file does not hold.
+
+    Attributes:
+        key: the key asked for.
+        available: the keys that do exist at that level, in file order.
+    """
+
+    def __init__(
+        self, key: str, available: list[str], *, path: str | None = None, what: str = "key"
+    ) -> None:
+        self.key, self.available = key, list(available)
+        shown = ", ".join(repr(name) for name in available[:20])
+        more = f" and {len(available) - 20:,} more" if len(available) > 20 else ""
+        listing = f"the file has {shown}{more}" if available else "the file has no keys there"
+        WeightstoreError.__init__(self, f"{what} {key!r} not found; {listing}", path=path)

@@ -41,9 +41,7 @@ def test_data_start_is_aligned_and_tight(metadata_size: int) -> None:
 
 
 def test_readme_example_is_byte_exact() -> None:
-    entry = TensorEntry.from_array(
-        "weight", np.array([[1, 2], [3, 4]], "<f4"), param_id=42
-    )
+    entry = TensorEntry.from_array("weight", np.array([[1, 2], [3, 4]], "<f4"), param_id=42)
     written = burnpack.write_bytes([entry], {"producer": "burn-pack docs"})
     expected = README_HEADER + README_METADATA + bytes(148) + README_DATA
     assert written.hex(" ") == expected.hex(" ")

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import BinaryIO
 
-from weightstore._atomic import with_default_extension, write_atomic
+from weightstore._atomic import with_default_extension, write_all, write_atomic
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -79,7 +79,7 @@ class BurnpackWriter:
             start, _ = descriptor.data_offsets
             file.write(_ZEROS[: start - position])
             data = entry.read()
-            _write_all(file, data)
+            write_all(file, data)
             position = start + data.nbytes
             del data  # drop the producer's buffer before asking for the next
 
@@ -123,13 +123,6 @@ class BurnpackWriter:
         return write_atomic(target, self.write_to, overwrite=overwrite)
 
 
-def _write_all(file: BinaryIO, data: memoryview) -> None:
-    # Unbuffered files may write less than asked; loop until everything is out.
-    while data.nbytes:
-        written = file.write(data)
-        if written is None or written >= data.nbytes:
-            return
-        data = data[written:]
 
 
 def _string_map(metadata: Mapping[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from weightstore.burnpack import BurnpackReader
 from weightstore.detect import Format, detect_format
 from weightstore.dtypes import DType
 from weightstore.errors import UnsupportedFormatError
+from weightstore.safetensors import SafetensorsReader
 
 __all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
 
@@ -73,8 +74,26 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
         )
 
 
+def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
+    with SafetensorsReader.from_file(path) as st:
+        rows = [
+            TensorRow(d.name, d.dtype, d.shape, d.nbytes, st.data_start + d.data_offsets[0])
+            for d in st.descriptors.values()  # already in data order
+        ]
+        return FileReport(
+            path=path,
+            format="safetensors",
+            file_size=os.path.getsize(path),
+            metadata=dict(st.metadata),
+            tensors=rows,
+        )
+
+
 Summarizer = Callable[[str, dict[str, Any]], FileReport]
-SUMMARIZERS: dict[Format, Summarizer] = {"burnpack": _summarize_burnpack}
+SUMMARIZERS: dict[Format, Summarizer] = {
+    "burnpack": _summarize_burnpack,
+    "safetensors": _summarize_safetensors,
+}
 
 
 def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:

@@ -1,0 +1,105 @@
+"""Precision adapters: F32 <-> F16 for chosen module types, and a cast of every float.
+
+Both are lazy: the cast happens when the data is read. `HalfPrecisionAdapter` picks its
+direction from the tensor (F32 becomes F16, F16 becomes F32), so one instance serves as the
+to-adapter of a save (halving the file) and the from-adapter of the load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, Final
+
+import numpy as np
+
+from weightstore.adapters._base import Adapter
+from weightstore.adapters._module_types import burn_module_type
+from weightstore.dtypes import DType, from_name
+from weightstore.errors import InvalidOptionError
+from weightstore.snapshot import TensorSnapshot
+
+__all__ = ["DEFAULT_HALF_PRECISION_MODULES", "FloatCastAdapter", "HalfPrecisionAdapter"]
+
+# Burn's set. BatchNorm is left out: its running variance underflows in F16.
+DEFAULT_HALF_PRECISION_MODULES: Final = frozenset(
+    {
+        "Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+        "ConvTranspose2d", "ConvTranspose3d", "DeformConv2d", "LayerNorm", "GroupNorm",
+        "InstanceNorm", "RmsNorm", "PRelu",
+    }
+)  # fmt: skip
+
+_F32, _F16 = from_name("F32"), from_name("F16")
+
+
+def _cast(snapshot: TensorSnapshot, target: DType) -> TensorSnapshot:
+    load, numpy_dtype = snapshot.load, target.numpy
+
+    def cast() -> np.ndarray[Any, Any]:
+        return load().astype(numpy_dtype)
+
+    return dataclasses.replace(snapshot, dtype=target, load=cast)
+
+
+class HalfPrecisionAdapter(Adapter):
+    """F32 <-> F16 for tensors owned by modules in the set (Burn's default set, BatchNorm out).
+
+    Example:
+        >>> store = BurnpackStore.from_file("half").with_to_adapter(HalfPrecisionAdapter())
+    """
+
+    def __init__(self, modules: Iterable[str] = DEFAULT_HALF_PRECISION_MODULES) -> None:
+        self.modules = frozenset(_normalised(m) for m in modules)
+
+    def with_module(self, module_type: str) -> HalfPrecisionAdapter:
+        """Also convert tensors of `module_type` (a torch or Burn class name)."""
+        return HalfPrecisionAdapter(self.modules | {_normalised(module_type)})
+
+    def without_module(self, module_type: str) -> HalfPrecisionAdapter:
+        """Stop converting `module_type`; naming a type not in the set is an error."""
+        name = _normalised(module_type)
+        if name not in self.modules:
+            raise InvalidOptionError(
+                f"module type {module_type!r} is not in the half-precision set "
+                f"({', '.join(sorted(self.modules))})"
+            )
+        return HalfPrecisionAdapter(self.modules - {name})
+
+    def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        if burn_module_type(snapshot.module_type) not in self.modules:
+            return snapshot
+        if snapshot.dtype == _F32:
+            return _cast(snapshot, _F16)
+        if snapshot.dtype == _F16:
+            return _cast(snapshot, _F32)
+        return snapshot
+
+    def __repr__(self) -> str:
+        return f"HalfPrecisionAdapter({sorted(self.modules)})"
+
+
+def _normalised(module_type: str) -> str:
+    return burn_module_type(module_type) or module_type
+
+
+class FloatCastAdapter(Adapter):
+    """Casts every float tensor to one float dtype (bf16 included); other tensors pass."""
+
+    def __init__(self, target: DType) -> None:
+        if not target.is_float or target.numpy is None:
+            raise InvalidOptionError(f"FloatCastAdapter needs a float dtype, got {target.name}")
+        self.target = target
+
+    @classmethod
+    def to(cls, target: DType | str) -> FloatCastAdapter:
+        """An adapter casting floats to `target` (a `DType` or a name such as ``"BF16"``)."""
+        return cls(from_name(target) if isinstance(target, str) else target)
+
+    def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        if snapshot.dtype.is_float and snapshot.dtype != self.target:
+            return _cast(snapshot, self.target)
+        return snapshot
+
+    def __repr__(self) -> str:
+        return f"FloatCastAdapter.to({self.target.name!r})"

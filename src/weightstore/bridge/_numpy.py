@@ -1,0 +1,69 @@
+"""Plain dicts of NumPy arrays as models, for users without torch.
+
+Nested dicts are walked and their keys joined with dots (``{"fc": {"weight": w}}`` is
+``fc.weight``). Loading writes into the existing arrays in place when they are writable, so
+references the caller holds see the new values; read-only arrays are replaced in the dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from weightstore.bridge._model import Target
+from weightstore.dtypes import from_numpy
+from weightstore.errors import InvalidOptionError
+from weightstore.snapshot import TensorSnapshot
+
+__all__ = ["NumpyDictBridge"]
+
+_CONTAINER = ("dict",)
+
+
+class NumpyDictBridge:
+    """Reads and writes a (nested) `dict[str, numpy.ndarray]`."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._slots: dict[str, tuple[MutableMapping[str, Any], str]] = dict(_walk(model, prefix=""))
+
+    def targets(self) -> list[Target]:
+        return [
+            Target(path, _CONTAINER, from_numpy(parent[key].dtype), tuple(parent[key].shape))
+            for path, (parent, key) in self._slots.items()
+        ]
+
+    def snapshots(self) -> list[TensorSnapshot]:
+        return [
+            TensorSnapshot.from_array(path, np.asarray(parent[key]), _CONTAINER)
+            for path, (parent, key) in self._slots.items()
+        ]
+
+    def assign(self, target: Target, array: np.ndarray[Any, Any], param_id: int | None) -> None:
+        parent, key = self._slots[target.path]
+        existing = parent[key]
+        if (
+            isinstance(existing, np.ndarray)
+            and existing.flags.writeable
+            and existing.dtype == array.dtype
+        ):
+            np.copyto(existing, array)
+        else:
+            parent[key] = np.array(array)
+
+
+def _walk(node: Any, prefix: str) -> Iterator[tuple[str, tuple[MutableMapping[str, Any], str]]]:
+    for key, value in node.items():
+        if not isinstance(key, str):
+            raise InvalidOptionError(f"model dict keys must be strings, got {key!r}")
+        path = f"{prefix}{key}"
+        if isinstance(value, MutableMapping):
+            yield from _walk(value, prefix=f"{path}.")
+        elif isinstance(value, np.ndarray | np.generic):
+            yield path, (node, key)
+        else:
+            raise InvalidOptionError(
+                f"model entry {path!r} is {type(value).__name__}, not a NumPy array or dict"
+            )

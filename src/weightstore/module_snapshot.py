@@ -1,0 +1,57 @@
+"""The four verbs on models: collect, apply, save into a store, load from a store.
+
+`ModuleSnapshot` gives an `nn.Module` subclass the same four as methods (``model.save_into(
+store)``), the Python form of Burn's extension trait. Plain functions work on any model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from weightstore.adapters import Adapter
+from weightstore.apply_result import ApplyResult
+from weightstore.paths import PathFilter
+from weightstore.snapshot import TensorSnapshot
+from weightstore.stores import Store
+from weightstore.transfer import apply, collect
+
+__all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
+
+
+def save_into(model: object, store: Store) -> None:
+    """Save `model` into `store` (a file, or the store's memory)."""
+    store.collect_from(model)
+
+
+def load_from(model: object, store: Store, *, device: Any = None) -> ApplyResult:
+    """Load `store` into `model` in place.
+
+    Raises:
+        LoadFailedError: tensors are missing (without ``allow_partial``) or failed to load
+            (with ``validate``, the default); the error carries the full `ApplyResult`.
+    """
+    return store.apply_to(model, device=device)
+
+
+class ModuleSnapshot:
+    """Mixin for `torch.nn.Module` subclasses: ``class Net(ModuleSnapshot, nn.Module)``."""
+
+    def collect(
+        self, filter: PathFilter | None = None, adapter: Adapter | None = None
+    ) -> list[TensorSnapshot]:
+        return collect(self, filter, adapter)
+
+    def apply(
+        self,
+        snapshots: Sequence[TensorSnapshot],
+        filter: PathFilter | None = None,
+        adapter: Adapter | None = None,
+    ) -> ApplyResult:
+        return apply(self, snapshots, filter, adapter)
+
+    def save_into(self, store: Store) -> None:
+        save_into(self, store)
+
+    def load_from(self, store: Store, *, device: Any = None) -> ApplyResult:
+        return load_from(self, store, device=device)

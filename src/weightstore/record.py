@@ -1,0 +1,189 @@
+"""`ModuleRecord`: the simple API. Take a model's tensors, save them, load them, put them back.
+
+A record is what Burn's ``ModuleRecord`` is: every tensor of a model with its path and parameter
+id, saved as a burnpack file with no metadata map and a ``param_id`` on every tensor, so
+``record.save`` writes what Burn's ``ModuleRecord::save`` writes. Unlike a store it is strict by
+default: a load fails when the model and the record disagree in any way (missing, unused or
+mismatched tensors), unless the record is told to allow it.
+
+    record = into_record(model)
+    path = record.save("checkpoint")          # -> "checkpoint.bpk"
+    load_record(model, ModuleRecord.load(path))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from weightstore.adapters import Adapter
+from weightstore.apply_result import ApplyResult
+from weightstore.burnpack import BurnpackReader, BurnpackWriter
+from weightstore.entry import TensorEntry
+from weightstore.paths import PathFilter
+from weightstore.snapshot import TensorSnapshot
+from weightstore.stores import LoadFailedError
+from weightstore.transfer import DTypePolicy, apply, collect
+
+__all__ = ["ModuleRecord", "into_record", "load_record", "try_load_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRecord:
+    """A model's tensors, by path, with parameter ids, and how strictly to load them.
+
+    Attributes:
+        snapshots: the tensors, in model order.
+        partial: a load may leave model tensors the record lacks (Burn's ``allow_partial``).
+        unused: a load may ignore record tensors the model lacks (``allow_unused``).
+        strict_shapes: shape and dtype errors fail the load (``validate``).
+        dtype_policy: ``"from_record"`` (default: the model takes the record's dtype, as Burn),
+            ``"cast"`` (converted to the model's dtype), or ``"exact"``.
+    """
+
+    snapshots: tuple[TensorSnapshot, ...]
+    partial: bool = False
+    unused: bool = False
+    strict_shapes: bool = True
+    dtype_policy: DTypePolicy = "from_record"
+
+    # -- making records -------------------------------------------------------------------------
+
+    @classmethod
+    def from_module(
+        cls, model: object, filter: PathFilter | None = None, adapter: Adapter | None = None
+    ) -> ModuleRecord:
+        """The model's tensors as they are now (copied, so later training does not change the
+        record); each gets the model's stable parameter id, or a fresh random one."""
+        snapshots = []
+        for snapshot in collect(model, filter, adapter):
+            array = np.array(snapshot.to_numpy(), copy=True)
+            param_id = snapshot.param_id if snapshot.param_id is not None else _new_id()
+            snapshots.append(
+                dataclasses.replace(
+                    snapshot, load=functools.partial(_same, array), param_id=param_id
+                )
+            )
+        return cls(tuple(snapshots))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ModuleRecord:
+        """Read a record file (``.bpk`` appended when the path has no extension and is absent).
+
+        Tensors are views of the mapped file until loaded into a model.
+        """
+        return cls._from_reader(BurnpackReader.from_file(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> ModuleRecord:
+        return cls._from_reader(BurnpackReader.from_bytes(data))
+
+    @classmethod
+    def _from_reader(cls, reader: BurnpackReader) -> ModuleRecord:
+        ordered = sorted(reader.descriptors.values(), key=lambda d: d.data_offsets)
+        return cls(
+            tuple(
+                TensorSnapshot(
+                    tuple(d.name.split(".")),
+                    d.dtype,
+                    d.shape,
+                    functools.partial(reader.get, d.name),
+                    param_id=d.param_id if d.param_id is not None else _new_id(),
+                )
+                for d in ordered
+            )
+        )
+
+    # -- settings -------------------------------------------------------------------------------
+
+    def allow_partial(self, allow: bool = True) -> ModuleRecord:
+        return dataclasses.replace(self, partial=allow)
+
+    def allow_unused(self, allow: bool = True) -> ModuleRecord:
+        return dataclasses.replace(self, unused=allow)
+
+    def validate(self, validate: bool = True) -> ModuleRecord:
+        return dataclasses.replace(self, strict_shapes=validate)
+
+    def with_dtype_policy(self, policy: DTypePolicy) -> ModuleRecord:
+        return dataclasses.replace(self, dtype_policy=policy)
+
+    def cast_to_module_dtype(self) -> ModuleRecord:
+        """Convert tensors to the model's dtypes on load, even when that loses precision."""
+        return self.with_dtype_policy("cast")
+
+    # -- saving ---------------------------------------------------------------------------------
+
+    def _writer(self) -> BurnpackWriter:
+        entries = [
+            TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id)
+            for s in self.snapshots
+        ]
+        return BurnpackWriter(entries)  # no metadata map, as Burn's ModuleRecord writes
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write the record atomically (replacing any file, as Burn does); ``.bpk`` is appended
+        when the path has no extension. Returns the path written."""
+        return self._writer().save(path, overwrite=True, auto_extension=True)
+
+    def into_bytes(self) -> bytes:
+        return self._writer().to_bytes()
+
+    def __len__(self) -> int:
+        return len(self.snapshots)
+
+    def keys(self) -> list[str]:
+        return [s.full_path for s in self.snapshots]
+
+
+def _same(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return array
+
+
+def _new_id() -> int:
+    return secrets.randbits(64)
+
+
+def into_record(
+    model: object, filter: PathFilter | None = None, adapter: Adapter | None = None
+) -> ModuleRecord:
+    """Shorthand for `ModuleRecord.from_module`."""
+    return ModuleRecord.from_module(model, filter, adapter)
+
+
+def try_load_record(
+    model: object,
+    record: ModuleRecord,
+    *,
+    adapter: Adapter | None = None,
+    device: object = None,
+) -> ApplyResult:
+    """Load `record` into `model` and return the report, whatever it says."""
+    snapshots: Sequence[TensorSnapshot] = record.snapshots
+    return apply(model, snapshots, None, adapter, device=device, dtype_policy=record.dtype_policy)
+
+
+def load_record(
+    model: object,
+    record: ModuleRecord,
+    *,
+    adapter: Adapter | None = None,
+    device: object = None,
+) -> ApplyResult:
+    """Load `record` into `model`, raising `LoadFailedError` on any disagreement the record
+    does not allow (checked in Burn's order: errors, missing, unused)."""
+    result = try_load_record(model, record, adapter=adapter, device=device)
+    if record.strict_shapes and result.errors:
+        raise LoadFailedError(result, "fix the model, or use record.validate(False)")
+    if result.missing and not record.partial:
+        raise LoadFailedError(result, "use record.allow_partial(True) to leave them as they are")
+    if result.unused and not record.unused:
+        raise LoadFailedError(result, "use record.allow_unused(True) to ignore them")
+    return result

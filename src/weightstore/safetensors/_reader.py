@@ -1,0 +1,348 @@
+"""Reading SafeTensors files: the JSON header at open, each tensor (or part of one) when asked.
+
+A file opens only if its header proves consistent: valid UTF-8 JSON without duplicate keys,
+known dtypes, lengths that match shape x dtype, and tensors that cover the data buffer exactly
+(no overlap, no gap, no tail, nothing past the end). These are the reference reader's rules; we
+also refuse duplicate keys (its JSON parser keeps the last) and say which tensor is at fault.
+Unknown descriptor fields are ignored, as the reference reader ignores them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore.dtypes import DType, from_safetensors
+from weightstore.errors import (
+    DescriptorError,
+    DTypeError,
+    HeaderError,
+    LimitExceeded,
+    MetadataError,
+    TensorNotFoundError,
+    TruncatedError,
+)
+from weightstore.safetensors._layout import (
+    HEADER_SIZE_FIELD,
+    MAX_HEADER_SIZE,
+    MAX_U64,
+    METADATA_KEY,
+    PREFIX_SIZE,
+    JsonObject,
+    TensorDescriptor,
+    decode_header,
+    is_text,
+)
+from weightstore.safetensors._slice import TensorSlice, view_as_array
+
+__all__ = ["SafetensorsReader"]
+
+
+class SafetensorsReader:
+    """An open SafeTensors file. Opening reads only the header; tensors are read on access.
+
+    Example:
+        >>> with SafetensorsReader.from_file("model.safetensors") as st:  # doctest: +SKIP
+        ...     weight = st.get("fc1.weight")             # NumPy view of the mapped file
+        ...     rows = st.get_slice("embed.weight")[:100]  # reads 100 rows only
+    """
+
+    def __init__(self, source: ByteSource, *, max_header_size: int = MAX_HEADER_SIZE) -> None:
+        self._source = source
+        self.path = source.name
+        self.header_size = self._read_header_size(max_header_size)
+        self.data_start = PREFIX_SIZE + self.header_size
+        self.metadata, descriptors = _parse_top(self._read_header(), self.path)
+        _validate_layout(descriptors, source.size - self.data_start, self.path)
+        # In data order, as the file lays them out; `names()` gives them sorted.
+        self.descriptors: dict[str, TensorDescriptor] = {d.name: d for d in descriptors}
+
+    # -- constructors ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        mode: ReadMode = "mmap",
+        max_header_size: int = MAX_HEADER_SIZE,
+    ) -> SafetensorsReader:
+        """Open a file.
+
+        Args:
+            path: the file.
+            mode: ``"mmap"`` (default, zero-copy views) or ``"pread"`` (a read per tensor, for
+                filesystems where mmap misbehaves).
+            max_header_size: refuse larger JSON headers before reading them.
+        """
+        source = open_source(path, mode)
+        try:
+            return cls(source, max_header_size=max_header_size)
+        except BaseException:
+            source.close()
+            raise
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes | bytearray | memoryview,
+        *,
+        copy: bool = True,
+        max_header_size: int = MAX_HEADER_SIZE,
+    ) -> SafetensorsReader:
+        """Read a file held in memory.
+
+        Mutable buffers are copied first unless `copy` is false, so later writes by the caller
+        cannot change tensors already handed out. `bytes` are never copied.
+        """
+        if copy and not isinstance(data, bytes):
+            data = bytes(data)
+        return cls(MemorySource(data), max_header_size=max_header_size)
+
+    @classmethod
+    def from_static(
+        cls, buffer: bytes | bytearray | memoryview, *, max_header_size: int = MAX_HEADER_SIZE
+    ) -> SafetensorsReader:
+        """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
+        return cls(MemorySource(buffer), max_header_size=max_header_size)
+
+    # -- header ---------------------------------------------------------------------------------
+
+    def _read_header_size(self, max_header_size: int) -> int:
+        if self._source.size < PREFIX_SIZE:
+            raise HeaderError(
+                f"file is {self._source.size} bytes, shorter than the {PREFIX_SIZE}-byte "
+                "header length",
+                path=self.path,
+            )
+        (header_size,) = HEADER_SIZE_FIELD.unpack(
+            self._source.read(0, PREFIX_SIZE, "the header length")
+        )
+        # The limit comes first, as in the reference reader: a length of exabytes marks a hostile
+        # or corrupt file, which a "truncated" message would misdescribe.
+        if header_size > max_header_size:
+            raise LimitExceeded("header size", header_size, max_header_size, path=self.path)
+        return int(header_size)
+
+    def _read_header(self) -> Any:
+        block = self._source.read(PREFIX_SIZE, self.header_size, "the JSON header")
+        try:
+            return decode_header(block)
+        except UnicodeDecodeError as err:
+            raise MetadataError(
+                f"header is not UTF-8: byte {err.start:,} is {block[err.start]:#04x}",
+                path=self.path,
+            ) from err
+        except (ValueError, RecursionError) as err:
+            raise MetadataError(f"header is not valid JSON: {err}", path=self.path) from err
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Tensor names, sorted (as the safetensors package lists them)."""
+        return sorted(self.descriptors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.descriptors
+
+    def __len__(self) -> int:
+        return len(self.descriptors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def descriptor(self, name: str) -> TensorDescriptor:
+        try:
+            return self.descriptors[name]
+        except KeyError:
+            raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
+
+    def get_bytes(self, name: str) -> memoryview:
+        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread.
+
+        This is the way to read dtypes NumPy cannot hold (the packed F4 and F6 floats).
+        """
+        descriptor = self.descriptor(name)
+        start, end = descriptor.data_offsets
+        return self._source.read(self.data_start + start, end - start, "tensor data", name)
+
+    def get(self, name: str) -> np.ndarray[Any, Any]:
+        """One tensor as a NumPy array in its stored dtype.
+
+        A zero-copy view where the source allows it and the tensor is aligned for its dtype; a
+        copy of this tensor alone otherwise.
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+            DTypeError: the dtype has no NumPy form (F4, F6_*); use `get_bytes`.
+        """
+        descriptor = self.descriptor(name)
+        numpy_dtype = descriptor.dtype.numpy
+        if numpy_dtype is None:
+            raise DTypeError(
+                f"dtype {descriptor.dtype.name} has no NumPy form; use get_bytes()",
+                path=self.path,
+                tensor=name,
+            )
+        return view_as_array(self.get_bytes(name), numpy_dtype, descriptor.shape)
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+            DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
+        """
+        return TensorSlice(self._source, self.data_start, self.descriptor(name))
+
+    def close(self) -> None:
+        """Release the file; arrays already handed out stay valid."""
+        self._source.close()
+
+    def __enter__(self) -> SafetensorsReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parse_top(top: object, path: str | None) -> tuple[dict[str, str], list[TensorDescriptor]]:
+    """Split the header object into metadata and descriptors, refusing repeated keys."""
+    if not isinstance(top, JsonObject):
+        raise MetadataError("header is not a JSON object", path=path)
+    metadata: dict[str, str] | None = None
+    descriptors: dict[str, TensorDescriptor] = {}
+    for key, value in top:
+        if key == METADATA_KEY:
+            if metadata is not None:
+                raise MetadataError(f"{METADATA_KEY!r} appears twice", path=path)
+            metadata = _parse_metadata(value, path)
+        elif key in descriptors:
+            raise DescriptorError("name appears twice in the header", path=path, tensor=key)
+        else:
+            descriptors[key] = _parse_descriptor(key, value, path)
+    return metadata or {}, sorted(descriptors.values(), key=lambda d: d.data_offsets)
+
+
+def _parse_metadata(value: object, path: str | None) -> dict[str, str]:
+    if value is None:  # the reference reader reads `null` as "no metadata"
+        return {}
+    if not isinstance(value, JsonObject):
+        raise MetadataError(f"{METADATA_KEY!r} is not a JSON object", path=path)
+    metadata: dict[str, str] = {}
+    for key, text in value:
+        if key in metadata:
+            raise MetadataError(f"metadata key {key!r} appears twice", path=path)
+        if not is_text(key) or not is_text(text):
+            raise MetadataError(
+                f"metadata value of {key!r} is {text!r}, not a string; "
+                "SafeTensors metadata maps strings to strings",
+                path=path,
+            )
+        metadata[key] = text
+    return metadata
+
+
+def _is_u64(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_U64
+
+
+def _fields(name: str, value: object, path: str | None) -> dict[str, Any]:
+    if not isinstance(value, JsonObject):
+        raise DescriptorError("descriptor is not a JSON object", path=path, tensor=name)
+    fields: dict[str, Any] = {}
+    for key, field in value:
+        if key in fields:
+            raise DescriptorError(f"field {key!r} appears twice", path=path, tensor=name)
+        fields[key] = field
+    return fields
+
+
+def _parse_descriptor(name: str, value: object, path: str | None) -> TensorDescriptor:
+    if not is_text(name):
+        raise DescriptorError("name is not valid Unicode", path=path, tensor=name)
+    fields = _fields(name, value, path)
+    try:
+        dtype = from_safetensors(fields.get("dtype"))  # type: ignore[arg-type]
+    except DTypeError:
+        raise DescriptorError(
+            f"dtype {fields.get('dtype')!r} is not a SafeTensors dtype", path=path, tensor=name
+        ) from None
+    shape = fields.get("shape")
+    if not isinstance(shape, list) or not all(_is_u64(dim) for dim in shape):
+        raise DescriptorError(
+            f"shape {shape!r} is not a list of non-negative integers", path=path, tensor=name
+        )
+    offsets = fields.get("data_offsets")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_u64, offsets)):
+        raise DescriptorError(
+            f"data_offsets {offsets!r} is not a pair of non-negative integers",
+            path=path,
+            tensor=name,
+        )
+    start, end = offsets
+    if end < start:
+        raise DescriptorError(
+            f"data_offsets end {end:,} is before start {start:,}", path=path, tensor=name
+        )
+    _validate_length(name, dtype, tuple(shape), end - start, path)
+    return TensorDescriptor(name, dtype, tuple(shape), (start, end))
+
+
+def _validate_length(
+    name: str, dtype: DType, shape: tuple[int, ...], nbytes: int, path: str | None
+) -> None:
+    """Shape x dtype must be exactly the span; packed dtypes must fill whole bytes."""
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    bits = numel * dtype.bits
+    if bits % 8:
+        raise DescriptorError(
+            f"shape {list(shape)} of {dtype.name} is {bits:,} bits, not a whole number of bytes",
+            path=path,
+            tensor=name,
+        )
+    if bits // 8 != nbytes:
+        raise DescriptorError(
+            f"data_offsets span {nbytes:,} bytes, but shape {list(shape)} of {dtype.name} "
+            f"needs {bits // 8:,}",
+            path=path,
+            tensor=name,
+        )
+
+
+def _validate_layout(descriptors: list[TensorDescriptor], data_size: int, path: str | None) -> None:
+    """Tensors, in offset order, must tile the data buffer: no overlap, gap, overrun or tail."""
+    position = 0
+    for descriptor in descriptors:
+        start, end = descriptor.data_offsets
+        if end > data_size:
+            raise TruncatedError(
+                "tensor data", end - start, max(0, data_size - start),
+                path=path, tensor=descriptor.name,
+            )  # fmt: skip
+        if start < position:
+            raise DescriptorError(
+                f"data_offsets [{start:,}, {end:,}) overlap the previous tensor, which ends at "
+                f"{position:,}",
+                path=path,
+                tensor=descriptor.name,
+            )
+        if start > position:
+            raise DescriptorError(
+                f"data_offsets start at {start:,}, leaving bytes [{position:,}, {start:,}) that "
+                "no tensor covers",
+                path=path,
+                tensor=descriptor.name,
+            )
+        position = end
+    if position < data_size:
+        raise DescriptorError(
+            f"{data_size - position:,} bytes follow the last tensor; no tensor covers them",
+            path=path,
+        )

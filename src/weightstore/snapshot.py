@@ -1,0 +1,112 @@
+"""Lazy tensor snapshots: what every save and load pipeline passes from stage to stage.
+
+A snapshot knows where a tensor lives (its path segments and the module types that contain it),
+what it is (dtype, shape, optional parameter id), and how to produce its data. Nothing is read
+until `to_numpy` is called, so filters, remappers and adapters cost nothing per tensor, and a
+store can hand out thousands of snapshots for the price of its header.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from weightstore.dtypes import DType, from_numpy
+from weightstore.errors import WeightstoreError
+
+__all__ = ["SnapshotLoadError", "TensorSnapshot"]
+
+ArrayLoader = Callable[[], "np.ndarray[Any, Any]"]
+
+
+class SnapshotLoadError(WeightstoreError, RuntimeError):
+    """A snapshot's data could not be produced (its source failed or returned the wrong thing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSnapshot:
+    """One tensor, described now and read later.
+
+    Attributes:
+        path: path segments from the model root (``("fc1", "weight")``).
+        dtype: element type of the data `load` produces.
+        shape: dimensions of that data.
+        load: returns the data as a NumPy array; called at most once per `to_numpy` call.
+        container: module type names from the root to the owning module (``("Net", "Linear")``);
+            adapters key on the last one.
+        param_id: the parameter's u64 identity (burnpack ``param_id``), when the source has one.
+    """
+
+    path: tuple[str, ...]
+    dtype: DType
+    shape: tuple[int, ...]
+    load: ArrayLoader = field(repr=False, compare=False)
+    container: tuple[str, ...] = ()
+    param_id: int | None = None
+
+    @classmethod
+    def from_array(
+        cls,
+        name: str,
+        array: np.ndarray[Any, Any],
+        container: tuple[str, ...] = (),
+        param_id: int | None = None,
+    ) -> TensorSnapshot:
+        """A snapshot holding an array already in memory (no copy)."""
+        return cls(
+            tuple(name.split(".")), from_numpy(array.dtype), tuple(array.shape),
+            lambda: array, container, param_id,
+        )  # fmt: skip
+
+    @property
+    def full_path(self) -> str:
+        """Path segments joined with dots, as state_dict and Burn name tensors."""
+        return ".".join(self.path)
+
+    @property
+    def container_path(self) -> str:
+        return ".".join(self.container)
+
+    @property
+    def module_type(self) -> str | None:
+        """The type of the module that directly owns the tensor, if known."""
+        return self.container[-1] if self.container else None
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.nbytes(self.shape)
+
+    def with_name(self, name: str) -> TensorSnapshot:
+        """The same tensor under another dotted name."""
+        return dataclasses.replace(self, path=tuple(name.split(".")))
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """Produce the data, checked against the declared shape.
+
+        Raises:
+            SnapshotLoadError: the source failed, or produced another shape.
+            WeightstoreError: a format error from the source, passed through unchanged.
+        """
+        try:
+            array = self.load()
+        except WeightstoreError:
+            raise
+        except Exception as err:
+            raise SnapshotLoadError(f"loading data failed: {err}", tensor=self.full_path) from err
+        if tuple(array.shape) != self.shape:
+            raise SnapshotLoadError(
+                f"source produced shape {list(array.shape)}, declared {list(self.shape)}",
+                tensor=self.full_path,
+            )
+        return array
