@@ -6,7 +6,7 @@ store)``), the Python form of Burn's extension trait. Plain functions work on an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from weightstore.adapters import Adapter
@@ -44,10 +44,17 @@ class ModuleSnapshot:
 
     def apply(
         self,
-        snapshots: Sequence[TensorSnapshot],
+        snapshots: Sequence[TensorSnapshot] | Callable[[Any], None],
         filter: PathFilter | None = None,
         adapter: Adapter | None = None,
-    ) -> ApplyResult:
+    ) -> Any:
+        """Load snapshots into this model; given a function, torch's ``Module.apply(fn)``.
+
+        torch's own ``apply`` (call `fn` on every submodule, used for weight init) keeps
+        working: a callable argument is handed to it unchanged.
+        """
+        if callable(snapshots):
+            return getattr(super(), "apply")(snapshots)  # noqa: B009  (torch's Module.apply)
         return apply(self, snapshots, filter, adapter)
 
     def save_into(self, store: Store) -> None:

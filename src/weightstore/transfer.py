@@ -138,15 +138,17 @@ def apply(
     used: set[str] = set()
     for target in targets:
         snapshot = _lookup(index, target, adapter)
+        if snapshot is not None:
+            used.add(snapshot.full_path)
+        if not _selected(filter, target):
+            # Burn reports a filtered-out tensor the file lacks as missing; excluded is excluded.
+            result.skipped.append(target.path)
+            continue
         if snapshot is None:
             if aliases.get(target.path) in result.applied:
                 result.applied.append(target.path)  # filled through its tie
             else:
                 result.missing.append((target.path, target.container_path))
-            continue
-        used.add(snapshot.full_path)
-        if not _selected(filter, target):
-            result.skipped.append(target.path)
             continue
         error = _apply_one(bridge, target, snapshot, adapter, dtype_policy)
         if error is None:

@@ -271,6 +271,8 @@ def test_model_surgery_between_models() -> None:
     snapshots = collect(donor, PathFilter().with_regex("^encoder"))
     result = apply(target, snapshots, PathFilter().with_full_path("encoder.1.weight"))
     assert result.applied == ["encoder.1.weight"]
-    assert result.skipped == ["encoder.0.weight"]
+    # Excluded by the filter is "skipped" whether or not the source has the tensor.
+    assert result.skipped == ["decoder.bias", "decoder.weight", "encoder.0.weight"]
+    assert result.missing == []
     np.testing.assert_array_equal(target["encoder"]["1"]["weight"], donor["encoder"]["1"]["weight"])
     assert not target["encoder"]["0"]["weight"].any()

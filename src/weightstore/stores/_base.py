@@ -224,6 +224,9 @@ class Store(ABC):
     def keys(self) -> list[str]:
         return list(self.get_all_snapshots())
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.get_all_snapshots()
+
     def get_tensor(self, name: str) -> TensorSnapshot | None:
         return self.get_all_snapshots().get(name)
 

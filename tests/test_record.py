@@ -1,0 +1,96 @@
+"""ModuleRecord: save, load, strictness, dtype policies and parameter ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import numpy as np
+import pytest
+
+from weightstore import burnpack
+from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
+from weightstore.stores import LoadFailedError
+
+
+def _model(scale: float = 1.0) -> dict[str, Any]:
+    return {
+        "fc": {"weight": np.full((2, 3), scale, np.float32), "bias": np.full(2, scale, np.float32)},
+        "steps": np.array(7, np.int64),
+    }
+
+
+def test_save_adds_extension_and_writes_burn_layout(tmp_path: Path) -> None:
+    record = into_record(_model())
+    assert len(record) == 3 and record.keys() == ["fc.weight", "fc.bias", "steps"]
+    path = record.save(tmp_path / "ckpt")
+    assert path == str(tmp_path / "ckpt.bpk")
+    data = Path(path).read_bytes()
+    top = cbor2.loads(data[10 : 10 + int.from_bytes(data[6:10], "little")])
+    assert list(top) == ["tensors"]  # no metadata map, as Burn's ModuleRecord writes
+    assert all("param_id" in d for d in top["tensors"].values())
+    record.save(tmp_path / "ckpt")  # replaces, as Burn does
+
+
+def test_round_trip_through_file_and_bytes(tmp_path: Path) -> None:
+    source = into_record(_model(2.0))
+    for loaded in (ModuleRecord.load(source.save(tmp_path / "r")),
+                   ModuleRecord.from_bytes(source.into_bytes())):  # fmt: skip
+        target = _model(0.0)
+        result = load_record(target, loaded)
+        assert result.applied == ["fc.weight", "fc.bias", "steps"]
+        assert target["fc"]["weight"].tolist() == [[2.0] * 3] * 2
+    assert ModuleRecord.load(tmp_path / "r").keys() == source.keys()
+
+
+def test_record_keeps_values_at_creation() -> None:
+    model = _model(1.0)
+    record = into_record(model)
+    model["fc"]["weight"][:] = 5.0
+    target = _model(0.0)
+    load_record(target, record)
+    assert target["fc"]["weight"][0, 0] == 1.0
+
+
+def test_strict_by_default_and_each_allowance() -> None:
+    record = into_record({"fc": _model()["fc"]})  # no "steps"
+    with pytest.raises(LoadFailedError, match="allow_partial"):
+        load_record(_model(0.0), record)
+    assert load_record(_model(0.0), record.allow_partial()).missing == [("steps", "dict")]
+    bigger = into_record({**_model(), "extra": np.zeros(1, np.float32)})
+    with pytest.raises(LoadFailedError, match="allow_unused"):
+        load_record(_model(0.0), bigger)
+    assert load_record(_model(0.0), bigger.allow_unused()).unused == ["extra"]
+    wrong = into_record({**_model(), "steps": np.zeros(3, np.int64)})
+    with pytest.raises(LoadFailedError, match="validate"):
+        load_record(_model(0.0), wrong)
+    result = try_load_record(_model(0.0), wrong)
+    assert [e.kind for e in result.errors] == ["shape_mismatch"]
+    assert load_record(_model(0.0), wrong.validate(False)).errors
+
+
+def test_dtype_policies() -> None:
+    record = into_record({"w": np.array([1.5, 2.5], np.float32)})
+    keep = {"w": np.zeros(2, np.float64)}
+    load_record(keep, record)
+    assert keep["w"].dtype == np.float32  # from_record: the record's dtype wins, as in Burn
+    cast = {"w": np.zeros(2, np.int32)}
+    load_record(cast, record.cast_to_module_dtype())
+    assert cast["w"].dtype == np.int32 and cast["w"].tolist() == [1, 2]
+
+
+def test_param_ids_survive_save_and_load(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from weightstore.bridge._torch import param_id_of
+
+    torch.manual_seed(0)
+    source, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    ids = {name: param_id_of(p) for name, p in source.named_parameters()}
+    assert ids == {name: param_id_of(p) for name, p in source.named_parameters()}  # stable
+    path = into_record(source).save(tmp_path / "lin")
+    with burnpack.BurnpackReader.from_file(path) as pack:
+        assert {n: pack.descriptor(n).param_id for n in pack.names()} == ids
+    load_record(target, ModuleRecord.load(path))
+    assert {name: param_id_of(p) for name, p in target.named_parameters()} == ids
+    assert torch.equal(source.weight, target.weight)
