@@ -10,6 +10,7 @@ torch is never imported here: torch dtypes are named by their attribute on the `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -78,10 +79,7 @@ class DType:
 
     def nbytes(self, shape: tuple[int, ...]) -> int:
         """Bytes needed for `shape` elements, packed sub-byte types rounded up to whole bytes."""
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        return (numel * self.bits + 7) // 8
+        return (math.prod(shape) * self.bits + 7) // 8
 
     def __repr__(self) -> str:
         return f"DType({self.name})"

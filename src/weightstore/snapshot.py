@@ -9,6 +9,7 @@ store can hand out thousands of snapshots for the price of its header.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,10 +79,7 @@ class TensorSnapshot:
 
     @property
     def numel(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

@@ -9,13 +9,14 @@ with every descriptor proven consistent, or fails at open with an error naming t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import cbor2
 import numpy as np
 
 from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore._reader_base import ContainerReader
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -41,7 +42,6 @@ from weightstore.errors import (
     HeaderError,
     LimitExceeded,
     MetadataError,
-    TensorNotFoundError,
     TruncatedError,
     UnsupportedVersionError,
 )
@@ -49,7 +49,7 @@ from weightstore.errors import (
 __all__ = ["BurnpackReader"]
 
 
-class BurnpackReader:
+class BurnpackReader(ContainerReader[TensorDescriptor]):
     """An open burnpack container. Opening reads only the header; tensors are read on access.
 
     Example:
@@ -197,31 +197,6 @@ class BurnpackReader:
 
     # -- access ---------------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        """Tensor names, sorted (as Burn lists them)."""
-        return sorted(self.descriptors)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.descriptors
-
-    def __len__(self) -> int:
-        return len(self.descriptors)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def descriptor(self, name: str) -> TensorDescriptor:
-        try:
-            return self.descriptors[name]
-        except KeyError:
-            raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
-
-    def get_bytes(self, name: str) -> memoryview:
-        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""
-        descriptor = self.descriptor(name)
-        start, end = descriptor.data_offsets
-        return self._source.read(self.data_start + start, end - start, "tensor data", name)
-
     def get(self, name: str) -> np.ndarray[Any, Any]:
         """One tensor as a NumPy array in its stored dtype, a zero-copy view where possible.
 
@@ -240,16 +215,6 @@ class BurnpackReader:
             words: np.ndarray[Any, Any] = np.not_equal(array, 0)
             return words
         return array
-
-    def close(self) -> None:
-        """Release the file; arrays already handed out stay valid."""
-        self._source.close()
-
-    def __enter__(self) -> BurnpackReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _parse_string_map(value: object, path: str | None) -> dict[str, str]:

@@ -123,8 +123,6 @@ class BurnpackWriter:
         return write_atomic(target, self.write_to, overwrite=overwrite)
 
 
-
-
 def _string_map(metadata: Mapping[str, str]) -> dict[str, str]:
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):

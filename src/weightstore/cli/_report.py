@@ -6,6 +6,7 @@ and calls it. A new format is one function and one table row.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,10 +31,7 @@ class TensorRow:
 
     @property
     def numel(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
 
 @dataclass(slots=True)

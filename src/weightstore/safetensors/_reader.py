@@ -10,12 +10,12 @@ Unknown descriptor fields are ignored, as the reference reader ignores them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore._reader_base import ContainerReader
 from weightstore.dtypes import DType, from_safetensors
 from weightstore.errors import (
     DescriptorError,
@@ -23,7 +23,6 @@ from weightstore.errors import (
     HeaderError,
     LimitExceeded,
     MetadataError,
-    TensorNotFoundError,
     TruncatedError,
 )
 from weightstore.safetensors._layout import (
@@ -42,7 +41,7 @@ from weightstore.safetensors._slice import TensorSlice, view_as_array
 __all__ = ["SafetensorsReader"]
 
 
-class SafetensorsReader:
+class SafetensorsReader(ContainerReader[TensorDescriptor]):
     """An open SafeTensors file. Opening reads only the header; tensors are read on access.
 
     Example:
@@ -142,34 +141,6 @@ class SafetensorsReader:
 
     # -- access ---------------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        """Tensor names, sorted (as the safetensors package lists them)."""
-        return sorted(self.descriptors)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.descriptors
-
-    def __len__(self) -> int:
-        return len(self.descriptors)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def descriptor(self, name: str) -> TensorDescriptor:
-        try:
-            return self.descriptors[name]
-        except KeyError:
-            raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
-
-    def get_bytes(self, name: str) -> memoryview:
-        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread.
-
-        This is the way to read dtypes NumPy cannot hold (the packed F4 and F6 floats).
-        """
-        descriptor = self.descriptor(name)
-        start, end = descriptor.data_offsets
-        return self._source.read(self.data_start + start, end - start, "tensor data", name)
-
     def get(self, name: str) -> np.ndarray[Any, Any]:
         """One tensor as a NumPy array in its stored dtype.
 
@@ -198,16 +169,6 @@ class SafetensorsReader:
             DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
         """
         return TensorSlice(self._source, self.data_start, self.descriptor(name))
-
-    def close(self) -> None:
-        """Release the file; arrays already handed out stay valid."""
-        self._source.close()
-
-    def __enter__(self) -> SafetensorsReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _parse_top(top: object, path: str | None) -> tuple[dict[str, str], list[TensorDescriptor]]:

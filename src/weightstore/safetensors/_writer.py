@@ -119,8 +119,6 @@ class SafetensorsWriter:
         return write_atomic(path, self.write_to, overwrite=overwrite)
 
 
-
-
 def _string_map(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
     if metadata is None:
         return None

@@ -1,0 +1,68 @@
+"""What every container reader shares: name lookup, raw byte ranges, closing.
+
+Burnpack and SafeTensors readers differ in how they parse headers and build arrays; looking a
+tensor up by name, slicing its bytes out of the source and releasing the file are the same and
+live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, Protocol, TypeVar
+
+from weightstore._bytesource import ByteSource
+from weightstore.errors import TensorNotFoundError
+
+__all__ = ["ContainerReader"]
+
+
+class _Descriptor(Protocol):
+    @property
+    def data_offsets(self) -> tuple[int, int]: ...
+
+
+DescriptorT = TypeVar("DescriptorT", bound=_Descriptor)
+ReaderT = TypeVar("ReaderT", bound="ContainerReader")  # type: ignore[type-arg]
+
+
+class ContainerReader(Generic[DescriptorT]):
+    """Base of the container readers; subclasses set these four attributes when opening."""
+
+    _source: ByteSource
+    path: str | None
+    data_start: int  # absolute offset that descriptors' data_offsets are relative to
+    descriptors: dict[str, DescriptorT]
+
+    def names(self) -> list[str]:
+        """Tensor names, sorted."""
+        return sorted(self.descriptors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.descriptors
+
+    def __len__(self) -> int:
+        return len(self.descriptors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def descriptor(self, name: str) -> DescriptorT:
+        try:
+            return self.descriptors[name]
+        except KeyError:
+            raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
+
+    def get_bytes(self, name: str) -> memoryview:
+        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""
+        start, end = self.descriptor(name).data_offsets
+        return self._source.read(self.data_start + start, end - start, "tensor data", name)
+
+    def close(self) -> None:
+        """Release the file; arrays already handed out stay valid."""
+        self._source.close()
+
+    def __enter__(self: ReaderT) -> ReaderT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
