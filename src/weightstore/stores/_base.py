@@ -210,7 +210,8 @@ class Store(ABC):
         return lambda paths: map_indices_contiguous_except(paths, pattern)
 
     def get_all_snapshots(self) -> dict[str, TensorSnapshot]:
-        """Every tensor in the source by name, remapped (filters are not applied), sorted."""
+        """Every tensor in the source by name, remapped and (when enabled) with list indices
+        renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
             snapshots = self._read_snapshots()
             names = self._options.remapper.remap_names(
@@ -218,6 +219,10 @@ class Store(ABC):
             )
             by_old = {s.full_path: s for s in snapshots}
             renamed = {new: by_old[old].with_name(new) for new, old in names.items()}
+            mapper = self._index_mapper()
+            if mapper is not None:  # as in Burn: remap first, then renumber lists
+                numbering = mapper(renamed)
+                renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
             self._cache = dict(sorted(renamed.items()))
         return self._cache
 
