@@ -21,6 +21,8 @@ _PROBE_SIZE: Final = 512  # enough for a tar header's "ustar" field at offset 25
 _BURNPACK_MAGIC: Final = b"NRUB"
 _ZIP_MAGIC: Final = b"PK\x03\x04"
 _PICKLE_PROTO: Final = 0x80  # protocol 2+ pickles (torch's legacy format) start with PROTO
+# torch's legacy magic number, as protocol 0 and 1 pickles spell it: a text LONG opcode.
+_LEGACY_TEXT_MAGIC: Final = b"L119547037146038801333356"
 
 
 def detect_format_of_bytes(head: bytes, total_size: int, name: str | None = None) -> Format:
@@ -31,7 +33,12 @@ def detect_format_of_bytes(head: bytes, total_size: int, name: str | None = None
     """
     if head[:4] == _BURNPACK_MAGIC:
         return "burnpack"
-    if head[:4] == _ZIP_MAGIC or head[257:262] == b"ustar" or head[:1] == bytes([_PICKLE_PROTO]):
+    if (
+        head[:4] == _ZIP_MAGIC
+        or head[257:262] == b"ustar"
+        or head[:1] == bytes([_PICKLE_PROTO])
+        or head.startswith(_LEGACY_TEXT_MAGIC)
+    ):
         return "pytorch"
     if len(head) >= 9:
         (header_size,) = struct.unpack("<Q", head[:8])

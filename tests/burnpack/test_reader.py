@@ -369,3 +369,9 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(WeightstoreError) as caught:
         BurnpackReader.from_file(path)
     assert str(caught.value).startswith(f"{path}, tensor 'x': ")
+
+
+def test_names_in_file_order_follow_the_data() -> None:
+    with BurnpackReader.from_file(burn_fixture(MNIST)) as pack:
+        assert pack.names_in_file_order() == [name for name, *_ in MNIST_TENSORS]
+        assert pack.names() == sorted(pack.names_in_file_order())

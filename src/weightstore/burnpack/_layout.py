@@ -162,7 +162,9 @@ def encode_metadata(
             }
             for key in sorted(scalars)
         }
-    return cbor2.dumps(top, encoders={_ShortestFloat: _encode_shortest_float})
+    if any(scalar.kind == "Float" for scalar in scalars.values()):
+        return cbor2.dumps(top, encoders={_ShortestFloat: _encode_shortest_float})
+    return cbor2.dumps(top)  # custom encoders slow cbor2 down 2.4x; pass them only when needed
 
 
 _DUPLICATE_KEY = re.compile(r"[Dd]uplicate map key: '(.*)'")

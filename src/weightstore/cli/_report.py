@@ -15,7 +15,13 @@ from typing import Any
 from weightstore.burnpack import BurnpackReader
 from weightstore.detect import Format, detect_format
 from weightstore.dtypes import DType
-from weightstore.errors import UnsupportedFormatError
+from weightstore.errors import (
+    DescriptorError,
+    DTypeError,
+    UnsupportedFormatError,
+    UnsupportedObjectError,
+)
+from weightstore.pytorch_reader import PytorchReader
 from weightstore.safetensors import SafetensorsReader
 
 __all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
@@ -87,10 +93,32 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
         )
 
 
+def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
+    with PytorchReader(path, top_level_key=options.get("top_level_key")) as reader:
+        meta = reader.metadata()
+        rows, broken = [], {}
+        for name in reader:
+            try:
+                tensor = reader.get(name)
+                rows.append(TensorRow(name, tensor.dtype, tensor.shape, tensor.nbytes))
+            except (DTypeError, UnsupportedObjectError, DescriptorError) as err:
+                broken[name] = f"unreadable tensor: {err.detail}"  # listed, not fatal
+        facts = ("format", "byte_order", "pickle_protocol", "format_version", "storage_alignment")
+        return FileReport(
+            path=path,
+            format="pytorch",
+            file_size=os.path.getsize(path),
+            metadata={key: str(meta[key]) for key in facts if meta[key] is not None},
+            tensors=rows,
+            others={**reader.others(), **broken},
+        )
+
+
 Summarizer = Callable[[str, dict[str, Any]], FileReport]
 SUMMARIZERS: dict[Format, Summarizer] = {
     "burnpack": _summarize_burnpack,
     "safetensors": _summarize_safetensors,
+    "pytorch": _summarize_pytorch,
 }
 
 

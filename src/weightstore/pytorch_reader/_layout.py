@@ -1,0 +1,132 @@
+"""The three layouts `torch.save` has used, and every limit the reader enforces.
+
+**Zip** (torch >= 1.6, the default). A zip archive whose entries all sit under one folder,
+``<archive>/``, named after the file when it was saved::
+
+    <archive>/data.pkl               the pickled object; tensors appear as persistent ids
+                                     ("storage", <torch.XStorage class>, key, location, numel)
+    <archive>/data/<key>             one entry per storage: numel x element size raw bytes,
+                                     stored (not deflated), aligned to .storage_alignment
+    <archive>/byteorder              "little" or "big"; absent in old files (= little)
+    <archive>/.format_version        "1": storages are numbered in the order they are saved
+    <archive>/.storage_alignment     "64": alignment of each data/<key> payload
+    <archive>/version                "3": the zip writer's record-format version
+    <archive>/.data/serialization_id a random id; recorded, not used
+
+  A TorchScript archive (`torch.jit.save`) is also such a zip, with ``constants.pkl`` and
+  ``code/``; a `torch.package` archive has ``.data/extern_modules``. Both are refused: loading
+  them means running their code (CVE-2025-32434 came from `torch.load` routing into one).
+
+**Legacy** (``_use_new_zipfile_serialization=False``, torch 0.1.10 to 1.5). Pickles back to
+back, then the raw storages::
+
+    pickle  MAGIC_NUMBER (0x1950a86a20f9469cfc6c)
+    pickle  PROTOCOL_VERSION (1001)
+    pickle  sys_info  {"protocol_version", "little_endian", "type_sizes"}
+    pickle  the object; persistent ids ("storage", class, root_key, location, numel, view)
+            or ("module", class, source_file, source) for whole-module saves
+    pickle  the storage keys, sorted, as a list of strings
+    then for each key in that order:  u64 numel, numel x element size raw bytes
+
+**Tar** (torch < 0.1.10). An uncompressed tar with four entries::
+
+    sys_info   pickle, as above
+    storages   pickle N; N x [pickle (key, location, class), u64 numel, raw bytes];
+               then, optionally, pickle [(view_key, root_key, offset, numel), ...]
+    tensors    pickle N; N x [pickle (key, storage_key, type name), i32 ndim, 4 pad bytes,
+               ndim x i64 size, ndim x i64 stride, i64 storage_offset]
+    pickle     the object; persistent ids are the string keys of tensors and storages
+
+Storage bytes in the legacy and tar layouts are little-endian on every machine: torch's
+``THPStorage_writeFileRaw`` converts on big-endian hosts, and its reader converts back. Only the
+u64 counts were once written in native order, so a file whose ``sys_info`` says big-endian may
+carry big-endian counts; both orders are accepted when they agree with the pickle. A zip file
+whose ``byteorder`` record says "big" holds big-endian storage bytes, swapped on read.
+
+Limits (`Limits`) bound every resource a hostile pickle could claim. Each is checked before the
+allocation it guards, and a reader given a file that trips one fails with `LimitExceeded`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+from typing import Final
+
+from weightstore.errors import InvalidOptionError
+
+# -- signatures and records ---------------------------------------------------------------------
+ZIP_MAGIC: Final = b"PK\x03\x04"
+ZIP_EMPTY_MAGIC: Final = b"PK\x05\x06"  # an archive with no entries at all
+TAR_MAGIC: Final = b"ustar"
+TAR_MAGIC_OFFSET: Final = 257  # the "magic" field of a POSIX tar header
+PICKLE_PROTO: Final = 0x80  # protocol 2+ pickles start with PROTO
+
+MAGIC_NUMBER: Final = 0x1950A86A20F9469CFC6C  # the legacy layout's first pickle
+PROTOCOL_VERSION: Final = 1001  # the legacy layout's second pickle
+HIGHEST_PICKLE_PROTOCOL: Final = 5
+
+DATA_PKL: Final = "data.pkl"
+STORAGE_FOLDER: Final = "data/"
+BYTEORDER_RECORD: Final = "byteorder"
+FORMAT_VERSION_RECORD: Final = ".format_version"
+ALIGNMENT_RECORD: Final = ".storage_alignment"
+VERSION_RECORD: Final = "version"
+SERIALIZATION_ID_RECORD: Final = ".data/serialization_id"
+TORCHSCRIPT_MARKERS: Final = ("constants.pkl", "code/")  # torch.jit.save archives
+TORCH_PACKAGE_MARKER: Final = ".data/extern_modules"  # torch.package archives
+TAR_ENTRIES: Final = ("sys_info", "pickle", "storages", "tensors")
+
+COUNT: Final = struct.Struct("<q")  # the u64 numel before each legacy/tar storage
+COUNT_BE: Final = struct.Struct(">q")
+ZIP_LOCAL_HEADER: Final = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
+ZIP_LOCAL_HEADER_SIZE: Final = 30
+TAR_TENSOR_NDIM: Final = struct.Struct("<i4x")  # ndim, then 4 bytes once part of an i64 ndim
+
+# -- limits ------------------------------------------------------------------------------------
+# Defaults sit far above anything torch writes for real models and far below what would exhaust
+# a machine. A caller raises one with a keyword argument only for files it trusts.
+MAX_PICKLE_SIZE: Final = 2**30  # bytes in one pickle stream; whole-model pickles are a few MB
+MAX_MEMO_SIZE: Final = 2**22  # memo entries; a 100k-tensor state dict uses ~1.5 million
+MAX_STACK_SIZE: Final = 2**24  # items on the pickle stack, all open marks together
+MAX_CONTAINER_SIZE: Final = 2**24  # items in one list, tuple, dict or set
+MAX_DEPTH: Final = 256  # open marks; nesting of tuple keys (CPython hashes them recursively
+#   in C and crashes past ~100k levels); nesting walked when naming tensors
+MAX_NODES: Final = 2**24  # opcodes run plus key elements hashed, per pickle (~1 million a
+#   second, so about 15 s at worst: a 40 MB pickle); and values visited while naming tensors,
+#   where shared references can multiply paths exponentially
+MAX_STORAGE_COUNT: Final = 2**20  # storages or tensors listed by a legacy or tar file
+MAX_INFLATED_SIZE: Final = 2**32  # bytes one compressed zip entry may inflate to; torch never
+#   compresses, so only hand-made archives reach this
+MAX_NDIM: Final = 64  # dimensions of one tensor; torch itself stops at 64
+MAX_HASH_SHARERS: Final = 64  # distinct non-string keys with one hash value (ints k * (2**61 - 1)
+#   all hash alike and would make dict inserts quadratic)
+MAX_DIGITS: Final = 4300  # decimal digits in a text-form integer; CPython's own default cap
+MAX_LINE_SIZE: Final = 2**16  # bytes in one text-form argument line of a number or name
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The resource caps one reader applies; every field defaults to the constant of that name.
+
+    Raises:
+        InvalidOptionError: a field that is not a positive integer; raised at construction.
+    """
+
+    max_pickle_size: int = MAX_PICKLE_SIZE
+    max_memo_size: int = MAX_MEMO_SIZE
+    max_stack_size: int = MAX_STACK_SIZE
+    max_container_size: int = MAX_CONTAINER_SIZE
+    max_depth: int = MAX_DEPTH
+    max_nodes: int = MAX_NODES
+    max_storage_count: int = MAX_STORAGE_COUNT
+    max_inflated_size: int = MAX_INFLATED_SIZE
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if type(value) is not int or value <= 0:
+                raise InvalidOptionError(f"{item.name} must be a positive int, not {value!r}")
+
+
+DEFAULT_LIMITS: Final = Limits()

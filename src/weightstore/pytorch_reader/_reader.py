@@ -1,0 +1,260 @@
+"""`PytorchReader`: a PyTorch checkpoint's tensors by name, without torch and without running it.
+
+Opening a file maps it and decodes its pickle (the only bytes read); names come from walking the
+decoded object (`_walk`); a tensor's bytes are read when its `to_numpy` is called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from types import TracebackType
+
+from weightstore.errors import KeyNotFoundError, TensorNotFoundError
+from weightstore.pytorch_reader._archive import open_archive
+from weightstore.pytorch_reader._layout import (
+    MAX_CONTAINER_SIZE,
+    MAX_DEPTH,
+    MAX_INFLATED_SIZE,
+    MAX_MEMO_SIZE,
+    MAX_NODES,
+    MAX_PICKLE_SIZE,
+    MAX_STACK_SIZE,
+    MAX_STORAGE_COUNT,
+    Limits,
+)
+from weightstore.pytorch_reader._mapped import Layout
+from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
+from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr
+
+__all__ = ["PytorchMetadata", "PytorchReader"]
+
+
+@dataclass(frozen=True, slots=True)
+class PytorchMetadata(Mapping[str, object]):
+    """What a checkpoint says about itself; also a read-only mapping of field name to value.
+
+    Attributes:
+        format: ``"zip"``, ``"legacy"``, ``"tar"`` or ``"pickle"`` (a plain pickle file).
+        byte_order: order of the stored tensor bytes, ``"little"`` or ``"big"``.
+        pytorch_version: ``None``: `torch.save` records no torch version in any layout. (Burn
+            reports the zip ``version`` record here; that is `archive_version`.)
+        format_version: zip ``.format_version``; ``"1001"`` for legacy files.
+        archive_version: zip ``version`` record, the zip writer's record-format version.
+        storage_alignment: zip ``.storage_alignment`` in bytes, when recorded.
+        pickle_protocol: protocol of the main pickle.
+        tensor_count: tensors the reader lists (under `top_level_key`, if given).
+        total_bytes: bytes of those tensors' elements (``sum(numel * itemsize)``).
+        sys_info: the legacy and tar ``sys_info`` dict.
+    """
+
+    format: Layout
+    byte_order: str
+    pytorch_version: str | None
+    format_version: str | None
+    archive_version: str | None
+    storage_alignment: int | None
+    pickle_protocol: int
+    tensor_count: int
+    total_bytes: int
+    sys_info: dict[str, object] | None
+
+    def __getitem__(self, key: str) -> object:
+        if key not in _METADATA_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_METADATA_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_METADATA_FIELDS)
+
+
+_METADATA_FIELDS = tuple(item.name for item in fields(PytorchMetadata))
+
+
+class PytorchReader:
+    """An open PyTorch checkpoint (`torch.save` output of any era). Usable as a context manager.
+
+    Args:
+        path: the file.
+        top_level_key: list only the tensors under this key of the top-level dict
+            (``"model_state_dict"`` in a training checkpoint); names are then relative to it.
+        max_pickle_size, max_memo_size, max_stack_size, max_container_size, max_depth,
+            max_nodes, max_storage_count, max_inflated_size: resource limits (see `Limits`);
+            raise one only for files you trust.
+
+    Raises:
+        UnsupportedFormatError: not a PyTorch checkpoint (TorchScript, SafeTensors, ...).
+        FormatError: the file breaks its layout; `PickleError`, `TruncatedError`,
+            `LimitExceeded` and `ArchiveError` say how.
+        KeyNotFoundError: `top_level_key` is not there; the error lists the keys that are.
+        InvalidOptionError: a limit that is not a positive int.
+
+    Example:
+        >>> with PytorchReader("model.pt") as reader:  # doctest: +SKIP
+        ...     weight = reader.get("fc1.weight").to_numpy()
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        top_level_key: str | None = None,
+        *,
+        max_pickle_size: int = MAX_PICKLE_SIZE,
+        max_memo_size: int = MAX_MEMO_SIZE,
+        max_stack_size: int = MAX_STACK_SIZE,
+        max_container_size: int = MAX_CONTAINER_SIZE,
+        max_depth: int = MAX_DEPTH,
+        max_nodes: int = MAX_NODES,
+        max_storage_count: int = MAX_STORAGE_COUNT,
+        max_inflated_size: int = MAX_INFLATED_SIZE,
+    ) -> None:
+        self._limits = Limits(
+            max_pickle_size=max_pickle_size,
+            max_memo_size=max_memo_size,
+            max_stack_size=max_stack_size,
+            max_container_size=max_container_size,
+            max_depth=max_depth,
+            max_nodes=max_nodes,
+            max_storage_count=max_storage_count,
+            max_inflated_size=max_inflated_size,
+        )
+        self.path = os.fspath(path)
+        self.top_level_key = top_level_key
+        self._loaded = open_archive(self.path, self._limits)
+        try:
+            self._object = self._select(top_level_key)
+        except BaseException:
+            self._loaded.close()
+            raise
+        self._named: dict[str, Leaf] | None = None
+
+    # -- tensors ---------------------------------------------------------------------------------
+
+    def keys(self) -> list[str]:
+        """Dotted tensor names in file order; reads no tensor data."""
+        return list(self._names())
+
+    def get(self, name: str) -> LazyTensor:
+        """The tensor `name`, proven readable (dtype known, storage present, view inside it).
+
+        Raises:
+            TensorNotFoundError: no tensor has that name.
+            DTypeError, UnsupportedObjectError: a tensor NumPy cannot hold (complex32,
+                quantized, sparse, ...).
+            MissingStorageError, DescriptorError: its storage is missing or too small.
+        """
+        leaf = self._names().get(name)
+        if leaf is None:
+            raise TensorNotFoundError(name, path=self.path, known=len(self._names()))
+        if isinstance(leaf, UnreadableTensor):
+            raise leaf.error(self.path, name)
+        leaf.validate()
+        return leaf
+
+    def tensors(self) -> dict[str, LazyTensor]:
+        """Every tensor by name, each checked as `get` checks it."""
+        return {name: self.get(name) for name in self._names()}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def _names(self) -> dict[str, Leaf]:
+        if self._named is None:
+            self._named = name_tensors(self._object, self._limits, self.path)
+        return self._named
+
+    # -- everything else -------------------------------------------------------------------------
+
+    def metadata(self) -> PytorchMetadata:
+        """The layout's facts and the tensor totals; reads no tensor data."""
+        info = self._loaded.info
+        leaves = self._names().values()
+        total = sum(leaf.nbytes for leaf in leaves if isinstance(leaf, LazyTensor))
+        return PytorchMetadata(
+            info.layout,
+            info.byte_order,
+            None,
+            info.format_version,
+            info.archive_version,
+            info.storage_alignment,
+            info.pickle_protocol,
+            len(self._names()),
+            total,
+            info.sys_info,
+        )
+
+    def load_object(self, key: str | None = None) -> object:
+        """The decoded Python value: plain dicts, lists, numbers and strings, `LazyTensor`s,
+        and `InertObject`s recording whatever classes the file named.
+
+        Args:
+            key: a key of the file's top-level dict (``"config"``), looked up in the whole
+                file even when the reader was opened with a `top_level_key`; ``None`` for
+                the object the reader lists tensors of.
+
+        Raises:
+            KeyNotFoundError: `key` is not there; the error lists the keys that are.
+        """
+        if key is None:
+            return self._object
+        return _entry(self._loaded.root, key, self.path, "key")
+
+    def others(self, limit: int = 60) -> dict[str, str]:
+        """Top-level entries holding no tensors (epochs, configs, ...), as short descriptions."""
+        root = self._loaded.root
+        if not isinstance(root, dict):
+            return {}
+        found: dict[str, str] = {}
+        for key, value in root.items():
+            if not name_tensors(value, self._limits, self.path):
+                found[_key_text(key)] = short_repr(value, limit)
+        return found
+
+    def _select(self, top_level_key: str | None) -> object:
+        if top_level_key is None:
+            return self._loaded.root
+        return _entry(self._loaded.root, top_level_key, self.path, "top-level key")
+
+    def close(self) -> None:
+        """Release the file. Arrays already handed out stay valid."""
+        self._loaded.close()
+
+    def __enter__(self) -> PytorchReader:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PytorchReader({self.path!r}, format={self._loaded.info.layout!r})"
+
+
+def _key_text(key: object) -> str:
+    return key if isinstance(key, str) else short_repr(key)
+
+
+def _entry(root: object, key: str, path: str, what: str) -> object:
+    """``root[key]`` of a top-level dict, matching non-string keys by their printed form."""
+    if isinstance(root, dict):
+        if key in root:
+            return root[key]
+        for candidate, value in root.items():
+            if _key_text(candidate) == key:
+                return value
+        raise KeyNotFoundError(key, [_key_text(k) for k in root], path=path, what=what)
+    raise KeyNotFoundError(key, [], path=path, what=what)

@@ -1,0 +1,338 @@
+"""Lazy tensors: what a rebuild call described, turned into NumPy arrays only when asked.
+
+A `LazyTensor` is a storage reference plus the view torch would put on it: offset, shape and
+strides in elements of the tensor's dtype. `to_numpy` proves that the view fits the storage,
+then returns
+
+* a zero-copy view of the mapped file for a contiguous, aligned, little-endian tensor, or
+* a C-ordered copy for anything else: strided, transposed, expanded (stride 0), channels-last,
+  big-endian (byte-swapped), misaligned, or carrying torch's conjugate/negative bits.
+
+Burn reads every tensor as if contiguous, pads short storages with zeros and fills missing ones
+with zeros. Here a view that reaches past its storage, a storage whose size disagrees with its
+claim, or a storage that is not there is an error naming the tensor; values are never invented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from weightstore.dtypes import DType, from_torch
+from weightstore.errors import (
+    DescriptorError,
+    DTypeError,
+    LimitExceeded,
+    MissingStorageError,
+    UnsupportedObjectError,
+)
+from weightstore.pytorch_reader._layout import MAX_NDIM
+from weightstore.pytorch_reader._objects import StorageClass, torch_itemsize
+
+__all__ = ["LazyTensor", "StorageRef", "StorageSource", "UnreadableTensor"]
+
+_MAX_INDEX = 2**63 - 1  # torch's sizes, strides and offsets are int64
+
+
+class StorageSource(Protocol):
+    """Where a file's storages live; each layout (`_archive`) provides one."""
+
+    @property
+    def path(self) -> str | None: ...
+
+    @property
+    def byte_order(self) -> str:
+        """``"little"`` or ``"big"``: the order of the storage bytes as stored."""
+        ...
+
+    def has_storage(self, key: str) -> bool: ...
+
+    def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
+        """The storage's bytes, read once and cached; `DescriptorError` when the file holds
+        other than `nbytes` of them, `MissingStorageError` when it holds none."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StorageRef:
+    """One storage a tensor views: its key, class, element count, and the file holding it.
+
+    Attributes:
+        key: the storage's key (``"0"``: the zip entry ``data/0``).
+        storage_class: the class the pickle named; fixes the element width.
+        numel: elements of the whole (root) storage, as the pickle claims.
+        location: the device it was saved from (``"cpu"``, ``"cuda:0"``); read onto the CPU.
+        source: the file's storages, or ``None`` when nothing can resolve the key.
+        view: ``(offset, numel)`` of a legacy storage view inside the root, in elements.
+    """
+
+    key: str
+    storage_class: StorageClass
+    numel: int
+    location: str = "cpu"
+    source: StorageSource | None = None
+    view: tuple[int, int] | None = None
+
+    def itemsize(self, path: str | None, tensor: str | None) -> int:
+        size = self.storage_class.itemsize
+        if size is None:
+            raise DTypeError(
+                f"storage class {self.storage_class.name} is not one torch writes",
+                path=path,
+                tensor=tensor,
+            )
+        return size
+
+    def require(self, path: str | None, tensor: str | None) -> StorageSource:
+        """The source holding this storage; `MissingStorageError` when none does."""
+        if self.source is None or not self.source.has_storage(self.key):
+            raise MissingStorageError(self.key, path=path, tensor=tensor)
+        return self.source
+
+    def read(self, path: str | None, tensor: str | None) -> memoryview:
+        """The bytes this reference covers (the view's window of the root storage)."""
+        source = self.require(path, tensor)
+        itemsize = self.itemsize(path, tensor)
+        data = source.storage_bytes(self.key, self.numel * itemsize, tensor)
+        if self.view is None:
+            return data
+        offset, numel = self.view
+        if offset < 0 or numel < 0 or offset + numel > self.numel:
+            raise DescriptorError(
+                f"storage view [{offset:,}, {offset + numel:,}) lies outside "
+                f"storage {self.key!r} of {self.numel:,} elements",
+                path=path,
+                tensor=tensor,
+            )
+        return data[offset * itemsize : (offset + numel) * itemsize]
+
+    def window_nbytes(self, path: str | None, tensor: str | None) -> int:
+        numel = self.numel if self.view is None else self.view[1]
+        return numel * self.itemsize(path, tensor)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class UnreadableTensor:
+    """A tensor built by a rebuild function we cannot represent (quantized, sparse, nested,
+    wrapper subclasses) or of a storage class torch never wrote; touching it raises."""
+
+    global_name: str
+    reason: str
+    dtype_problem: bool = False
+
+    def error(self, path: str | None, tensor: str | None) -> DTypeError | UnsupportedObjectError:
+        if self.dtype_problem:
+            return DTypeError(
+                f"{self.reason} (built by {self.global_name})", path=path, tensor=tensor
+            )
+        return UnsupportedObjectError(self.global_name, self.reason, path=path, tensor=tensor)
+
+    def __repr__(self) -> str:
+        return f"<unreadable tensor: {self.reason}>"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LazyTensor:
+    """A tensor in a PyTorch file: its dtype and shape known, its values read on `to_numpy`.
+
+    Attributes:
+        shape: sizes, as torch.load would give them.
+        stride: element strides into the storage.
+        storage_offset: first element, in elements of `torch_dtype`.
+        torch_dtype: canonical torch dtype name (``"bfloat16"``); `dtype` maps it.
+        storage: where the values live; ``None`` for meta tensors and in-memory arrays.
+        array: the values, for tensors the file rebuilt from a NumPy array.
+        requires_grad: as saved. is_parameter: rebuilt as an ``nn.Parameter``.
+        conj, neg: torch's lazy conjugate / negation bits, applied by `to_numpy`.
+        device: the device it was saved from (``"meta"`` tensors carry no values).
+        name: the dotted name the reader gave it; ``None`` outside a reader's listing.
+        path: the file, for error messages.
+    """
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    torch_dtype: str
+    storage: StorageRef | None = None
+    array: np.ndarray[Any, Any] | None = None
+    requires_grad: bool = False
+    is_parameter: bool = False
+    conj: bool = False
+    neg: bool = False
+    device: str = "cpu"
+    name: str | None = None
+    path: str | None = None
+
+    @property
+    def dtype(self) -> DType:
+        """The weightstore dtype; `DTypeError` naming the tensor when it has none."""
+        try:
+            return from_torch(self.torch_dtype)
+        except DTypeError as err:
+            raise DTypeError(err.detail, path=self.path, tensor=self.name) from None
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor's elements (not of its storage)."""
+        return self.numel * torch_itemsize(self.torch_dtype)
+
+    def with_name(self, name: str) -> LazyTensor:
+        return dataclasses.replace(self, name=name)
+
+    def validate(self) -> None:
+        """Prove the tensor readable without reading it: dtype known, storage present, view
+        inside the storage; raises the error `to_numpy` would. A meta tensor passes (its shape
+        and dtype are real); only its `to_numpy` fails."""
+        self._numpy_dtype()
+        if self.array is not None or (self.storage is None and self.device == "meta"):
+            return
+        storage = self._storage()
+        storage.require(self.path, self.name)
+        itemsize = torch_itemsize(self.torch_dtype)
+        capacity = storage.window_nbytes(self.path, self.name) // itemsize
+        validate_view(
+            self.shape, self.stride, self.storage_offset, capacity, path=self.path, tensor=self.name
+        )
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """The values `torch.load` gives, as a NumPy array (a view of the file when possible).
+
+        Raises:
+            DTypeError: NumPy cannot hold the dtype (complex32, quantized, sub-byte).
+            MissingStorageError: the storage is not in the file.
+            DescriptorError: the view reaches outside its storage, the storage's size
+                disagrees with the pickle, or the tensor is a meta tensor with no values.
+        """
+        self.validate()
+        np_dtype = self._numpy_dtype()
+        if self.array is not None:
+            return self._finish(self.array.astype(np_dtype).reshape(self.shape))
+        storage = self._storage()
+        data = storage.read(self.path, self.name)
+        swap = storage.source is not None and storage.source.byte_order == "big"
+        return self._finish(_view(data, np_dtype, self, swap))
+
+    def _numpy_dtype(self) -> np.dtype[Any]:
+        np_dtype = self.dtype.numpy
+        if np_dtype is None:
+            raise DTypeError(
+                f"dtype {self.torch_dtype} has no NumPy equivalent",
+                path=self.path,
+                tensor=self.name,
+            )
+        return np_dtype
+
+    def _storage(self) -> StorageRef:
+        if self.storage is None:
+            detail = "a meta tensor has shape and dtype but no values"
+            if self.device != "meta":
+                detail = "tensor has no storage to read its values from"
+            raise DescriptorError(detail, path=self.path, tensor=self.name)
+        return self.storage
+
+    def _finish(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if self.conj:
+            array = np.conj(array)
+        if self.neg:
+            array = np.negative(array)
+        return array
+
+    def __repr__(self) -> str:
+        where = f" {self.name!r}" if self.name else ""
+        return f"<tensor{where} {self.torch_dtype} {list(self.shape)}>"
+
+
+def validate_view(
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    offset: int,
+    capacity: int,
+    *,
+    path: str | None,
+    tensor: str | None,
+) -> None:
+    """Refuse a view torch would refuse or that reaches past `capacity` elements."""
+    if len(shape) > MAX_NDIM:
+        raise LimitExceeded("number of dimensions", len(shape), MAX_NDIM, path=path, tensor=tensor)
+    if len(stride) != len(shape):
+        raise DescriptorError(
+            f"shape {list(shape)} has {len(shape)} dimensions but stride "
+            f"{list(stride)} has {len(stride)}",
+            path=path,
+            tensor=tensor,
+        )
+    if offset < 0 or min(shape, default=0) < 0 or min(stride, default=0) < 0:
+        raise DescriptorError(
+            f"offset {offset:,}, shape {list(shape)} or stride {list(stride)} is negative",
+            path=path,
+            tensor=tensor,
+        )
+    if max((*shape, *stride, offset)) > _MAX_INDEX:
+        raise DescriptorError(
+            f"offset {offset:,}, shape {list(shape)} or stride {list(stride)} is over 2**63 - 1",
+            path=path,
+            tensor=tensor,
+        )
+    if 0 in shape:
+        return  # torch checks no storage bounds for an empty view, nor do we
+    last = offset + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
+    if last >= capacity:
+        raise DescriptorError(
+            f"view reaches element {last:,} of a storage holding {capacity:,} elements",
+            path=path,
+            tensor=tensor,
+        )
+
+
+def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(stride), strict=True):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _view(
+    data: memoryview, np_dtype: np.dtype[Any], tensor: LazyTensor, swap: bool
+) -> np.ndarray[Any, Any]:
+    """The tensor's elements over `data`: a view when that is exact, else a C-ordered copy."""
+    itemsize = np_dtype.itemsize
+    if tensor.numel == 0:
+        return np.empty(tensor.shape, dtype=np_dtype)
+    swap = swap and itemsize > 1
+    byte_strides = tuple(step * itemsize for step in tensor.stride)
+    opaque = np.dtype(f"V{itemsize}") if swap else np_dtype
+    # Over a byte array, not the memoryview itself: NumPy then keeps that array (and through it
+    # the memoryview) alive as the view's base, rather than the raw mmap.
+    view: np.ndarray[Any, Any] = np.ndarray(
+        tensor.shape,
+        opaque,
+        buffer=np.frombuffer(data, dtype=np.uint8),
+        offset=tensor.storage_offset * itemsize,
+        strides=byte_strides,
+    )
+    if not swap and view.flags.aligned and _is_contiguous(tensor.shape, tensor.stride):
+        return view
+    copy = view.copy(order="C")  # not ascontiguousarray, which turns a 0-d array 1-d
+    return _byteswapped(copy, np_dtype) if swap else copy
+
+
+def _byteswapped(array: np.ndarray[Any, Any], np_dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """Big-endian elements of `np_dtype` (held as opaque bytes) in native order. Swapped through
+    unsigned words, since ml_dtypes types (bf16, fp8) cannot be byte-order flagged; a complex
+    number swaps each half."""
+    word = np_dtype.itemsize // 2 if np_dtype.kind == "c" else np_dtype.itemsize
+    flat = array.reshape(-1).view(np.dtype(f"u{word}"))
+    swapped: np.ndarray[Any, Any] = flat.byteswap().view(np_dtype).reshape(array.shape)
+    return swapped

@@ -1,0 +1,247 @@
+"""The zip layout (torch >= 1.6; see `_layout`): records under one ``<archive>/`` folder.
+
+`load_zip` refuses TorchScript and torch.package archives, reads the small records and
+``data.pkl`` through zipfile (so their CRCs are checked), and hands the machine a persistent-id
+resolver over `ZipStorages`: stored ``data/<key>`` entries are views of the mapped file at the
+payload offset their local header gives; compressed ones are inflated once.
+"""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+import zlib
+
+from weightstore.errors import (
+    ArchiveError,
+    DescriptorError,
+    LimitExceeded,
+    MissingStorageError,
+    UnsupportedFormatError,
+)
+from weightstore.pytorch_reader._layout import (
+    ALIGNMENT_RECORD,
+    BYTEORDER_RECORD,
+    DATA_PKL,
+    FORMAT_VERSION_RECORD,
+    SERIALIZATION_ID_RECORD,
+    STORAGE_FOLDER,
+    TORCH_PACKAGE_MARKER,
+    TORCHSCRIPT_MARKERS,
+    VERSION_RECORD,
+    ZIP_LOCAL_HEADER,
+    ZIP_LOCAL_HEADER_SIZE,
+    ZIP_MAGIC,
+    Limits,
+)
+from weightstore.pytorch_reader._machine import run_pickle
+from weightstore.pytorch_reader._mapped import ArchiveInfo, Loaded, MappedFile
+from weightstore.pytorch_reader._rebuild import storage_from_pid
+
+__all__ = ["ZipStorages", "load_zip"]
+
+_INFLATE_CHUNK = 2**24  # bytes inflated per read
+_SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
+# Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own.
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+    OSError,
+    EOFError,
+    zlib.error,
+    struct.error,
+    KeyError,
+    OverflowError,
+    UnicodeDecodeError,
+)
+
+
+def load_zip(mapped: MappedFile, limits: Limits) -> Loaded:
+    try:
+        archive = zipfile.ZipFile(mapped.path)
+    except _ZIP_ERRORS as err:
+        raise ArchiveError(f"damaged zip archive: {err}", path=mapped.path) from err
+    try:
+        return _read_zip(mapped, archive, limits)
+    except BaseException:
+        archive.close()
+        raise
+
+
+def _read_zip(mapped: MappedFile, archive: zipfile.ZipFile, limits: Limits) -> Loaded:
+    names = {info.filename: info for info in archive.infolist()}
+    prefix = _zip_prefix(list(names), mapped.path)
+    records = _ZipRecords(archive, names, prefix, mapped.path)
+    byte_order = records.text(BYTEORDER_RECORD) or "little"
+    if byte_order not in ("little", "big"):
+        raise ArchiveError(
+            f"is {byte_order!r}, expected 'little' or 'big'",
+            entry=prefix + BYTEORDER_RECORD,
+            path=mapped.path,
+        )
+    storages = ZipStorages(mapped, archive, names, prefix, byte_order, limits)
+    pickle = records.read(DATA_PKL, limits.max_pickle_size)
+    root, _, protocol = run_pickle(
+        pickle,
+        path=mapped.path,
+        limits=limits,
+        persistent_load=lambda pid: storage_from_pid(pid, storages),
+    )
+    alignment = records.text(ALIGNMENT_RECORD)
+    info = ArchiveInfo(
+        "zip",
+        byte_order,
+        protocol,
+        records.text(FORMAT_VERSION_RECORD),
+        records.text(VERSION_RECORD),
+        int(alignment) if alignment and alignment.isdigit() and len(alignment) < 10 else None,
+        records.text(SERIALIZATION_ID_RECORD),
+    )
+    return Loaded(root, info, [archive.close])
+
+
+def _zip_prefix(names: list[str], path: str) -> str:
+    """The folder every record sits in (``"<archive>/"``), after refusing archives that are
+    not `torch.save` checkpoints. Like torch, the first entry's folder decides."""
+    relative = {name.partition("/")[2] if "/" in name else name for name in names}
+    if TORCHSCRIPT_MARKERS[0] in relative or any(
+        n.startswith(TORCHSCRIPT_MARKERS[1]) for n in relative
+    ):
+        raise UnsupportedFormatError(
+            "a TorchScript archive (torch.jit.save); loading it means running its code, "
+            "so it is refused; save the model's state_dict() with torch.save instead",
+            path=path,
+        )
+    if TORCH_PACKAGE_MARKER in relative:
+        raise UnsupportedFormatError(
+            "a torch.package archive, which holds code; refused", path=path
+        )
+    first = names[0] if names else ""
+    prefix = first.partition("/")[0] + "/" if "/" in first else ""
+    if prefix + DATA_PKL not in names:
+        shown = ", ".join(repr(name) for name in names[:5])
+        raise UnsupportedFormatError(
+            f"a zip archive without {prefix}{DATA_PKL} (it holds "
+            f"{shown}), not a PyTorch checkpoint",
+            path=path,
+        )
+    return prefix
+
+
+class _ZipRecords:
+    """The archive's small records, read through zipfile (so CRCs are checked)."""
+
+    def __init__(
+        self, archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], prefix: str, path: str
+    ) -> None:
+        self._archive, self._names, self._prefix, self._path = archive, names, prefix, path
+
+    def read(self, name: str, limit: int) -> bytes:
+        info = self._names[self._prefix + name]
+        if info.file_size > limit:
+            raise LimitExceeded(f"size of {info.filename}", info.file_size, limit, path=self._path)
+        try:
+            return self._archive.read(info)
+        except _ZIP_ERRORS as err:
+            raise ArchiveError(str(err), entry=info.filename, path=self._path) from err
+
+    def text(self, name: str) -> str | None:
+        if self._prefix + name not in self._names:
+            return None
+        return self.read(name, _SMALL_RECORD_SIZE).decode("ascii", "replace").strip()
+
+
+class ZipStorages:
+    """The ``<archive>/data/<key>`` entries. Stored entries are views of the mapped file at
+    the payload offset the entry's local header gives; compressed ones are inflated once.
+    Both are cached, so tensors sharing a storage read it once."""
+
+    def __init__(
+        self,
+        mapped: MappedFile,
+        archive: zipfile.ZipFile,
+        names: dict[str, zipfile.ZipInfo],
+        prefix: str,
+        byte_order: str,
+        limits: Limits,
+    ) -> None:
+        folder = prefix + STORAGE_FOLDER
+        self._entries = {n[len(folder) :]: i for n, i in names.items() if n.startswith(folder)}
+        self._mapped, self._archive, self._limits = mapped, archive, limits
+        self._byte_order = byte_order
+        self._cache: dict[str, memoryview] = {}
+
+    @property
+    def path(self) -> str | None:
+        return self._mapped.path
+
+    @property
+    def byte_order(self) -> str:
+        return self._byte_order
+
+    def has_storage(self, key: str) -> bool:
+        return key in self._entries
+
+    def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
+        info = self._entries.get(key)
+        if info is None:
+            raise MissingStorageError(key, path=self.path, tensor=tensor)
+        if info.file_size != nbytes:
+            raise DescriptorError(
+                f"storage {key!r} holds {info.file_size:,} bytes, the pickle claims {nbytes:,}",
+                path=self.path,
+                tensor=tensor,
+            )
+        data = self._cache.get(key)
+        if data is None:
+            data = self._read(info, tensor)
+            self._cache[key] = data
+        return data
+
+    def _read(self, info: zipfile.ZipInfo, tensor: str | None) -> memoryview:
+        if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
+            if info.compress_size != info.file_size:
+                raise ArchiveError(
+                    "a stored entry whose sizes differ", entry=info.filename, path=self.path
+                )
+            offset = self._payload_offset(info)
+            return self._mapped.window(offset, info.file_size, f"entry {info.filename}", tensor)
+        if info.file_size > self._limits.max_inflated_size:
+            raise LimitExceeded(
+                f"inflated size of {info.filename}",
+                info.file_size,
+                self._limits.max_inflated_size,
+                path=self.path,
+                tensor=tensor,
+            )
+        return memoryview(self._inflate(info))
+
+    def _payload_offset(self, info: zipfile.ZipInfo) -> int:
+        header = self._mapped.window(
+            info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
+        )
+        signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(header)
+        if signature != ZIP_MAGIC:
+            raise ArchiveError(
+                "local header has a bad signature", entry=info.filename, path=self.path
+            )
+        return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
+
+    def _inflate(self, info: zipfile.ZipInfo) -> bytearray:
+        buffer = bytearray(info.file_size)
+        try:
+            with self._archive.open(info) as entry:
+                done = 0
+                while done < len(buffer):
+                    chunk = entry.read(min(len(buffer) - done, _INFLATE_CHUNK))
+                    if not chunk:
+                        raise EOFError(f"inflated to {done:,} of {len(buffer):,} bytes")
+                    buffer[done : done + len(chunk)] = chunk
+                    done += len(chunk)
+                entry.read(1)  # reaching the end makes zipfile check the CRC
+        except _ZIP_ERRORS as err:
+            raise ArchiveError(str(err), entry=info.filename, path=self.path) from err
+        return buffer

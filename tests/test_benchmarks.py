@@ -1,0 +1,80 @@
+"""The benchmark script runs end to end in its quick mode and reports every row (no timings)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_io.py"
+
+EXPECTED_ROWS = [
+    # save
+    "baseline: write",
+    "baseline: write+fsync",
+    "ws.burnpack write_file",
+    "ws.burnpack write_to",
+    "ws.safetensors write_file",
+    "ws.safetensors write_to",
+    "st.numpy.save_file",
+    "st.numpy.save_file+fsync",
+    "st.torch.save_file+fsync",
+    "torch.save+fsync",
+    # load
+    "baseline: np.fromfile",
+    "baseline: mmap+touch",
+    "ws.burnpack reader (mmap)",
+    "ws.burnpack reader (mmap, file order)",
+    "ws.burnpack reader (pread)",
+    "ws.safetensors reader (mmap)",
+    "st.numpy.load_file",
+    "st.safe_open(np)",
+    "st.torch.load_file",
+    "torch.load(mmap=True)",
+    "torch.load",
+    # open and many small tensors
+    "ws.burnpack open [40 tensors]",
+    "ws.safetensors open [500 tensors]",
+    "st.safe_open(np) + keys [500 tensors]",
+    "save: st.numpy.save_file",
+    "load: ws.burnpack reader (mmap)",
+    # store level
+    "save_into(BurnpackStore)",
+    "save_into(SafetensorsStore)",
+    "st.torch.save_model+fsync",
+    "torch.save(state_dict)+fsync",
+    "load_from(BurnpackStore)",
+    "load_from(SafetensorsStore)",
+    "st.torch.load_model",
+    "torch.load + load_state_dict",
+    # peak memory
+    "ws.burnpack write_file (deferred producers)",
+    "st.numpy.save_file (arrays in memory)",
+]
+
+
+def test_quick_run_prints_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for section in ("SAVE", "LOAD, warm", "OPEN ONLY", "MANY SMALL", "STORE LEVEL", "PEAK"):
+        assert f"== {section}" in done.stdout
+    lines = done.stdout.splitlines()
+    for name in EXPECTED_ROWS:
+        assert any(line.startswith(name + " ") for line in lines), name
+    document = json.loads(out.read_text())
+    names = {row["name"] for row in document["rows"]}
+    assert set(EXPECTED_ROWS) <= names
+    assert all(row["ratio"] != "?" for row in document["rows"])
