@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-from weightstore._bytesource import ByteSource
+from weightstore._bytesource import ByteSource, MemorySource
 from weightstore.errors import TensorNotFoundError
 
 __all__ = ["ContainerReader"]
@@ -32,6 +32,39 @@ class ContainerReader(Generic[DescriptorT]):
     path: str | None
     data_start: int  # absolute offset that descriptors' data_offsets are relative to
     descriptors: dict[str, DescriptorT]
+
+    def __init__(self, source: ByteSource, **limits: int) -> None:
+        raise NotImplementedError  # each format parses its own header
+
+    @classmethod
+    def _from_source(cls: type[ReaderT], source: ByteSource, **limits: int) -> ReaderT:
+        """Open `source`, closing it again if the header is refused."""
+        try:
+            return cls(source, **limits)
+        except BaseException:
+            source.close()
+            raise
+
+    @classmethod
+    def from_bytes(
+        cls: type[ReaderT], data: bytes | bytearray | memoryview, *, copy: bool = True,
+        **limits: int,
+    ) -> ReaderT:  # fmt: skip
+        """Read a file held in memory.
+
+        Mutable buffers are copied first unless `copy` is false, so later writes by the caller
+        cannot change tensors already handed out. `bytes` are never copied.
+        """
+        if copy and not isinstance(data, bytes):
+            data = bytes(data)
+        return cls._from_source(MemorySource(data), **limits)
+
+    @classmethod
+    def from_static(
+        cls: type[ReaderT], buffer: bytes | bytearray | memoryview, **limits: int
+    ) -> ReaderT:
+        """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
+        return cls._from_source(MemorySource(buffer), **limits)
 
     def names(self) -> list[str]:
         """Tensor names, sorted."""

@@ -13,8 +13,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal
 
-import numpy as np
-
 from weightstore.adapters import Adapter
 from weightstore.apply_result import ApplyError, ApplyResult
 from weightstore.bridge import Target, bridge_for
@@ -205,7 +203,3 @@ def _apply_one(
         return ApplyError.load_error(target.path, str(err))
     return None
 
-
-def to_arrays(snapshots: Iterable[TensorSnapshot]) -> dict[str, np.ndarray[Any, Any]]:
-    """Every snapshot's data by name (views where the source allows)."""
-    return {s.full_path: s.to_numpy() for s in snapshots}

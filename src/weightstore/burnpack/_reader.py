@@ -15,7 +15,7 @@ from typing import Any
 import cbor2
 import numpy as np
 
-from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._reader_base import ContainerReader
 from weightstore.burnpack._layout import (
     EXTENSION,
@@ -102,30 +102,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         size = os.stat(filename).st_size
         if size > max_file_size:
             raise LimitExceeded("file size", size, max_file_size, path=filename)
-        source = open_source(filename, mode)
-        try:
-            return cls(source, **limits)
-        except BaseException:
-            source.close()
-            raise
-
-    @classmethod
-    def from_bytes(
-        cls, data: bytes | bytearray | memoryview, *, copy: bool = True, **limits: int
-    ) -> BurnpackReader:
-        """Read a container held in memory.
-
-        Mutable buffers are copied first unless `copy` is false, so later writes by the caller
-        cannot change tensors already handed out. `bytes` are never copied.
-        """
-        if copy and not isinstance(data, bytes):
-            data = bytes(data)
-        return cls(MemorySource(data), **limits)
-
-    @classmethod
-    def from_static(cls, buffer: bytes | bytearray | memoryview, **limits: int) -> BurnpackReader:
-        """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
-        return cls(MemorySource(buffer), **limits)
+        return cls._from_source(open_source(filename, mode), **limits)
 
     # -- header and metadata --------------------------------------------------------------------
 

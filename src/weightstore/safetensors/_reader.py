@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from weightstore._bytesource import ByteSource, MemorySource, ReadMode, open_source
+from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._reader_base import ContainerReader
 from weightstore.dtypes import DType, from_safetensors
 from weightstore.errors import (
@@ -78,36 +78,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
                 filesystems where mmap misbehaves).
             max_header_size: refuse larger JSON headers before reading them.
         """
-        source = open_source(path, mode)
-        try:
-            return cls(source, max_header_size=max_header_size)
-        except BaseException:
-            source.close()
-            raise
-
-    @classmethod
-    def from_bytes(
-        cls,
-        data: bytes | bytearray | memoryview,
-        *,
-        copy: bool = True,
-        max_header_size: int = MAX_HEADER_SIZE,
-    ) -> SafetensorsReader:
-        """Read a file held in memory.
-
-        Mutable buffers are copied first unless `copy` is false, so later writes by the caller
-        cannot change tensors already handed out. `bytes` are never copied.
-        """
-        if copy and not isinstance(data, bytes):
-            data = bytes(data)
-        return cls(MemorySource(data), max_header_size=max_header_size)
-
-    @classmethod
-    def from_static(
-        cls, buffer: bytes | bytearray | memoryview, *, max_header_size: int = MAX_HEADER_SIZE
-    ) -> SafetensorsReader:
-        """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
-        return cls(MemorySource(buffer), max_header_size=max_header_size)
+        return cls._from_source(open_source(path, mode), max_header_size=max_header_size)
 
     # -- header ---------------------------------------------------------------------------------
 
