@@ -40,6 +40,7 @@ from weightstore.errors import (
 )
 from weightstore.module_snapshot import ModuleSnapshot, apply, collect, load_from, save_into
 from weightstore.paths import KeyRemapper, PathFilter, map_indices_contiguous
+from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
 from weightstore.snapshot import TensorSnapshot
 from weightstore.stores import (
     BurnpackStore,
@@ -73,6 +74,7 @@ __all__ = [
     "LoadFailedError",
     "MetadataError",
     "MissingStorageError",
+    "ModuleRecord",
     "ModuleSnapshot",
     "PathFilter",
     "PickleError",
@@ -96,9 +98,12 @@ __all__ = [
     "collect",
     "detect_format",
     "dtypes",
+    "into_record",
     "load_from",
+    "load_record",
     "map_indices_contiguous",
     "save_into",
     "to_data",
     "to_torch",
+    "try_load_record",
 ]

@@ -276,3 +276,14 @@ def test_model_surgery_between_models() -> None:
     assert result.missing == []
     np.testing.assert_array_equal(target["encoder"]["1"]["weight"], donor["encoder"]["1"]["weight"])
     assert not target["encoder"]["0"]["weight"].any()
+
+
+def test_contiguous_mapping_except_keeps_matched_lists(store_type: Any) -> None:
+    gappy = {
+        "fc": {"0": {"w": np.ones(1, np.float32)}, "2": {"w": np.full(1, 2, np.float32)}},
+        "keep": {"0": {"w": np.ones(1, np.float32)}, "3": {"w": np.full(1, 3, np.float32)}},
+    }
+    store = store_type.from_bytes(_saved(store_type.from_bytes(), gappy))
+    assert store.map_indices_contiguous_except(r"^keep$").keys() == [
+        "fc.0.w", "fc.1.w", "keep.0.w", "keep.3.w"
+    ]  # fmt: skip
