@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,3 @@ def burn_fixture(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"fixture {relative} not present (no ../shared folder)")
     return path
-
-
-@pytest.fixture
-def tmp_dir(tmp_path: Path) -> Path:
-    os.makedirs(tmp_path, exist_ok=True)
-    return tmp_path

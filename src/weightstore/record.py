@@ -19,7 +19,6 @@ import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -67,9 +66,7 @@ class ModuleRecord:
             array = np.array(snapshot.to_numpy(), copy=True)
             param_id = snapshot.param_id if snapshot.param_id is not None else _new_id()
             snapshots.append(
-                dataclasses.replace(
-                    snapshot, load=functools.partial(_same, array), param_id=param_id
-                )
+                TensorSnapshot.from_array(snapshot.full_path, array, snapshot.container, param_id)
             )
         return cls(tuple(snapshots))
 
@@ -141,10 +138,6 @@ class ModuleRecord:
 
     def keys(self) -> list[str]:
         return [s.full_path for s in self.snapshots]
-
-
-def _same(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return array
 
 
 def _new_id() -> int:

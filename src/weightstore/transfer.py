@@ -202,4 +202,3 @@ def _apply_one(
     except (WeightstoreError, ValueError, RuntimeError, TypeError) as err:
         return ApplyError.load_error(target.path, str(err))
     return None
-

@@ -303,6 +303,9 @@ def test_top_level_keys_and_configs() -> None:
             "some_list_float": [0.1, 0.2, 0.3],
             "some_dict": {"some_key": "some_value"},
         }
+        config = reader.load_object("my_config")
+        assert type(config["some_bool"]) is bool and type(config["d_model"]) is int
+        assert reader.load_object()["my_config"] == config
     debug = PytorchReader(burn_fixture("pytorch-tests/debug_test.pt"))
     assert debug.metadata().format_version is not None
     assert debug.metadata().storage_alignment is not None

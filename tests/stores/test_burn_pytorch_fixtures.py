@@ -836,32 +836,7 @@ def test_enum_module_depthwise_variant() -> None:
     _assert_burn_close(output, expected, atol=BURN_DEFAULT_ATOL, rtol=BURN_DEFAULT_RTOL)
 
 
-# -- a model with its config -----------------------------------------------------------------------
-
-EXPECTED_CONFIG = {
-    "n_head": 2,
-    "n_layer": 3,
-    "d_model": 512,
-    "some_float": 0.1,
-    "some_int": 1,
-    "some_bool": True,
-    "some_str": "hello",
-    "some_list_int": [1, 2, 3],
-    "some_list_str": ["hello", "world"],
-    "some_list_float": [0.1, 0.2, 0.3],
-    "some_dict": {"some_key": "some_value"},
-}
-
-
-def test_config_object() -> None:
-    from weightstore.pytorch_reader import PytorchReader
-
-    path = burn_fixture("pytorch-tests/config/weights_with_config.pt")
-    reader = PytorchReader(path)
-    config = reader.load_object("my_config")
-    assert config == EXPECTED_CONFIG
-    assert type(config["some_bool"]) is bool and type(config["d_model"]) is int
-    assert reader.load_object()["my_config"] == EXPECTED_CONFIG
+# -- a model with its config (the config object itself: tests/pytorch_reader) ----------------
 
 
 def test_config_file_weights_under_top_level_key() -> None:

@@ -209,16 +209,19 @@ class Store(ABC):
             return map_indices_contiguous
         return lambda paths: map_indices_contiguous_except(paths, pattern)
 
+    def _remapped(self, snapshots: Sequence[TensorSnapshot]) -> list[TensorSnapshot]:
+        """Snapshots renamed by the remapper, in order; two landing on one name raise."""
+        names = self._options.remapper.remap_names(
+            (s.full_path for s in snapshots), path=self._path
+        )
+        by_old = {s.full_path: s for s in snapshots}
+        return [by_old[old].with_name(new) for new, old in names.items()]
+
     def get_all_snapshots(self) -> dict[str, TensorSnapshot]:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
         renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
-            snapshots = self._read_snapshots()
-            names = self._options.remapper.remap_names(
-                (s.full_path for s in snapshots), path=self._path
-            )
-            by_old = {s.full_path: s for s in snapshots}
-            renamed = {new: by_old[old].with_name(new) for new, old in names.items()}
+            renamed = {s.full_path: s for s in self._remapped(self._read_snapshots())}
             mapper = self._index_mapper()
             if mapper is not None:  # as in Burn: remap first, then renumber lists
                 numbering = mapper(renamed)
@@ -243,10 +246,8 @@ class Store(ABC):
         snapshots = collect(
             model, options.filter, options.to_adapter, dedupe_tied=options.dedupe_tied
         )
-        remapped = [s.with_name(options.remapper.remap(s.full_path)) for s in snapshots]
-        options.remapper.remap_names(s.full_path for s in snapshots)  # refuse collisions
         self._cache = None
-        self._write_snapshots(remapped)
+        self._write_snapshots(self._remapped(snapshots))
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
         """Load this store into `model`, raising `LoadFailedError` as the options say."""
