@@ -11,9 +11,9 @@ from weightstore.apply_result import (
     SUGGESTION_THRESHOLD,
     ApplyError,
     ApplyResult,
-    _strip_variant_guess,
     jaro_similarity,
 )
+from weightstore.paths import strip_enum_variants
 
 # Known values of textdistance 1.1.1's nstr::jaro (reference section 5.1).
 JARO_GOLDENS = [
@@ -141,7 +141,7 @@ def test_suggestions_prefer_the_path_without_an_enum_variant() -> None:
     ],
 )
 def test_variant_guess(path: str, stripped: str | None) -> None:
-    assert _strip_variant_guess(path) == stripped
+    assert strip_enum_variants(path, first_only=True) == (path if stripped is None else stripped)
 
 
 def test_suggestions_fall_back_to_jaro_above_the_threshold() -> None:

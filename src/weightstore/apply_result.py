@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from weightstore.paths import ENUM_CONTAINER_PREFIX
+from weightstore.paths import ENUM_CONTAINER_PREFIX, strip_enum_variants
 
 __all__ = [
     "ALLOW_PARTIAL_HINT",
@@ -133,25 +133,6 @@ def jaro_similarity(first: str, second: str) -> float:
     return (matches / len1 + matches / len2 + (matches - transpositions) / matches) / 3
 
 
-def _strip_variant_guess(path: str) -> str | None:
-    """`path` without its first segment that looks like an enum variant, or None if none does.
-
-    A missing path carries no container types, so the variant is guessed from its spelling as
-    Burn does: an inner segment (not first, not last), longer than one byte, that starts with
-    an upper-case letter and has a lower-case letter after it (``BaseConv``, not ``QKV``).
-    """
-    segments = path.split(".")
-    for i in range(1, len(segments) - 1):
-        segment = segments[i]
-        if (
-            len(segment.encode()) > 1
-            and segment[0].isupper()
-            and any(char.islower() for char in segment[1:])
-        ):
-            return ".".join(segments[:i] + segments[i + 1 :])
-    return None
-
-
 @dataclass(slots=True)
 class ApplyResult:
     """What a load did; filled in by the applier, then read by stores and users.
@@ -183,8 +164,8 @@ class ApplyResult:
         of at least `SUGGESTION_THRESHOLD`, most similar first (ties keep `unused` order), at
         most `limit` of them. The summary shows one.
         """
-        stripped = _strip_variant_guess(path)
-        if stripped is not None and stripped in self.unused:
+        stripped = strip_enum_variants(path, first_only=True)
+        if stripped != path and stripped in self.unused:
             return [stripped]
         scored = [(jaro_similarity(path, name), name) for name in self.unused]
         close = [pair for pair in scored if pair[0] >= SUGGESTION_THRESHOLD]

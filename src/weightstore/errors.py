@@ -201,13 +201,22 @@ class RemapCollisionError(WeightstoreError, ValueError):
     Attributes:
         new: the name both tensors would receive.
         first, second: the two original names, in input order.
+        cause: the rewrite that merged them (``"remapping"``, ``"skipping enum variants"``).
     """
 
-    def __init__(self, new: str, first: str, second: str, *, path: str | None = None) -> None:
-        self.new, self.first, self.second = new, first, second
+    def __init__(
+        self,
+        new: str,
+        first: str,
+        second: str,
+        *,
+        path: str | None = None,
+        cause: str = "remapping",
+    ) -> None:
+        self.new, self.first, self.second, self.cause = new, first, second, cause
         self.path, self.tensor = path, None
         self.detail = (
-            f"remapping gives {first!r} and {second!r} the same name {new!r}; "
+            f"{cause} gives {first!r} and {second!r} the same name {new!r}; "
             "change the patterns so that every name stays unique"
         )
         ValueError.__init__(self, f"{path}: {self.detail}" if path else self.detail)

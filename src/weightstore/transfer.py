@@ -9,41 +9,24 @@ only for tensors that pass every check.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from weightstore.adapters import Adapter
 from weightstore.apply_result import ApplyError, ApplyResult
 from weightstore.bridge import Target, bridge_for
 from weightstore.dtypes import can_cast_exactly
-from weightstore.errors import WeightstoreError
-from weightstore.paths import PathFilter
+from weightstore.errors import RemapCollisionError, WeightstoreError
+from weightstore.paths import PathFilter, strip_enum_variants
 from weightstore.snapshot import TensorSnapshot
 
-__all__ = ["apply", "collect", "strip_enum_variant_segments"]
+__all__ = ["apply", "collect"]
 
 IndexMapper = Callable[[Iterable[str]], dict[str, str]]
 
 # How a source dtype meets the model's: convert only when exact (stores), keep the source's
 # (Burn's ModuleRecord default), or cast whatever it costs (``cast_to_module_dtype``).
 DTypePolicy = Literal["exact", "from_record", "cast"]
-
-# Burn puts enum variant names in paths (``feature.BaseConv.weight``); torch never does. A
-# segment is taken for a variant as Burn's own hint does: not first or last, CamelCase.
-_VARIANT_SEGMENT: Final = re.compile(r"^[A-Z].*[a-z]")
-
-
-def strip_enum_variant_segments(path: str) -> str:
-    """`path` without the inner segments that look like enum variant names."""
-    parts = path.split(".")
-    kept = [
-        part
-        for i, part in enumerate(parts)
-        if not (0 < i < len(parts) - 1 and len(part) > 1 and _VARIANT_SEGMENT.match(part))
-    ]
-    return ".".join(kept)
-
 
 def collect(
     model: object,
@@ -83,18 +66,27 @@ class _SourceIndex:
         targets: Sequence[Target],
         map_indices: IndexMapper | None,
         skip_enum_variants: bool,
+        path: str | None = None,
     ) -> None:
         names = {s.full_path: s for s in snapshots}  # duplicates: the last one wins, as in Burn
         source_key = {name: name for name in names}
         if skip_enum_variants:
-            source_key = {name: strip_enum_variant_segments(name) for name in names}
+            source_key = {name: strip_enum_variants(name) for name in names}
         self.target_key = {t.path: t.path for t in targets}
         if map_indices is not None:
             source_canonical = map_indices(source_key.values())
             source_key = {name: source_canonical.get(k, k) for name, k in source_key.items()}
             self.target_key = map_indices(t.path for t in targets)
-        self.by_key = {source_key[name]: snapshot for name, snapshot in names.items()}
-        self.name_of_key = {source_key[name]: name for name in names}
+        self.by_key: dict[str, TensorSnapshot] = {}
+        self.name_of_key: dict[str, str] = {}
+        for name, snapshot in names.items():
+            key = source_key[name]
+            if key in self.name_of_key:  # two file tensors would fill one model tensor
+                raise RemapCollisionError(
+                    key, self.name_of_key[key], name, path=path, cause="skipping enum variants"
+                )
+            self.by_key[key] = snapshot
+            self.name_of_key[key] = name
 
     def find(self, path: str) -> TensorSnapshot | None:
         return self.by_key.get(self.target_key.get(path, path))
@@ -113,6 +105,7 @@ def apply(
     map_indices: IndexMapper | None = None,
     skip_enum_variants: bool = False,
     dtype_policy: DTypePolicy = "exact",
+    source_path: str | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` and report what happened; never raises for data problems.
 
@@ -127,10 +120,15 @@ def apply(
         dtype_policy: ``"exact"`` converts to the model's dtype only without loss (else a
             dtype_mismatch error); ``"from_record"`` keeps the source dtype; ``"cast"`` converts
             whatever the loss.
+        source_path: the file the snapshots come from, named in errors.
+
+    Raises:
+        RemapCollisionError: two source tensors would fill one model tensor once enum variants
+            are skipped; a load must never depend on which of them comes last.
     """
     bridge = bridge_for(model, device=device)
     targets = bridge.targets()
-    index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants)
+    index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
     aliases: dict[str, str] = bridge.aliases() if hasattr(bridge, "aliases") else {}
     result = ApplyResult(applied=[], skipped=[], missing=[], unused=[], errors=[])
     used: set[str] = set()

@@ -7,7 +7,7 @@ import pytest
 from weightstore.errors import InvalidOptionError, RemapCollisionError
 from weightstore.paths import (
     compile_pattern,
-    is_enum_container,
+    is_variant_segment,
     map_indices_contiguous,
     map_indices_contiguous_except,
     parse_index,
@@ -149,29 +149,23 @@ def test_except_with_a_pattern_that_never_matches_equals_the_plain_mapping() -> 
     assert map_indices_contiguous_except(paths, "^$nothing") == map_indices_contiguous(paths)
 
 
-def test_strip_enum_variants_drops_segments_under_enum_containers() -> None:
-    segments = ["feature", "BaseConv", "weight"]
-    containers = ["Struct:Model", "Enum:ConvKind", "Struct:BaseConv"]
-    assert strip_enum_variants(segments, containers) == ["feature", "weight"]
-    assert strip_enum_variants(["fc", "weight"], ["Struct:Model", "Struct:Linear"]) == [
-        "fc",
-        "weight",
-    ]
-    assert strip_enum_variants([], []) == []
+@pytest.mark.parametrize(
+    ("path", "stripped"),
+    [("feature.BaseConv.weight", "feature.weight"), ("a.B.c", "a.B.c"),
+     ("Top.x.weight", "Top.x.weight"), ("blocks.0.DwsConv.pconv.bias", "blocks.0.pconv.bias"),
+     ("a.QKV.w", "a.QKV.w"), ("a.Big", "a.Big"), ("a..w", "a..w"), ("w", "w"),
+     ("a.Foo.Bar.w", "a.w")],
+)  # fmt: skip
+def test_strip_enum_variants_drops_inner_variant_spellings(path: str, stripped: str) -> None:
+    assert strip_enum_variants(path) == stripped
 
 
-def test_strip_enum_variants_takes_a_custom_predicate() -> None:
-    stripped = strip_enum_variants(
-        ["a", "Variant", "w"], ["M", "Choice", "L"], lambda c: c == "Choice"
-    )
-    assert stripped == ["a", "w"]
+def test_strip_enum_variants_first_only_drops_one() -> None:
+    assert strip_enum_variants("a.Foo.Bar.w", first_only=True) == "a.Bar.w"
 
 
-def test_strip_enum_variants_refuses_stacks_that_do_not_line_up() -> None:
-    with pytest.raises(InvalidOptionError, match="do not line up"):
-        strip_enum_variants(["a", "b"], ["Struct:M"])
-
-
-def test_is_enum_container() -> None:
-    assert is_enum_container("Enum:ConvKind")
-    assert not is_enum_container("Struct:Enum")
+def test_is_variant_segment_is_burns_rule() -> None:
+    assert is_variant_segment("BaseConv")
+    assert not is_variant_segment("QKV")  # no lower-case letter after the first
+    assert not is_variant_segment("B")  # one byte
+    assert not is_variant_segment("big")

@@ -18,7 +18,7 @@ PUBLIC = [
     "PathPredicate",
     "RemapRule",
     "compile_pattern",
-    "is_enum_container",
+    "is_variant_segment",
     "map_indices_contiguous",
     "map_indices_contiguous_except",
     "parse_index",

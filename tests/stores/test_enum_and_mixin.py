@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from weightstore import BurnpackStore, ModuleSnapshot, PathFilter, burnpack
+from weightstore import BurnpackStore, ModuleSnapshot, PathFilter, RemapCollisionError, burnpack
 from weightstore.adapters import BurnToPyTorchAdapter
 from weightstore.entry import TensorEntry
-from weightstore.transfer import strip_enum_variant_segments
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -34,15 +33,6 @@ def _burn_file_with_variant() -> bytes:
     return burnpack.write_bytes([TensorEntry.from_array(n, a) for n, a in arrays.items()])
 
 
-@pytest.mark.parametrize(
-    ("path", "stripped"),
-    [("feature.BaseConv.weight", "feature.weight"), ("a.B.c", "a.B.c"),
-     ("Top.x.weight", "Top.x.weight"), ("blocks.0.DwsConv.pconv.bias", "blocks.0.pconv.bias")],
-)  # fmt: skip
-def test_strip_enum_variant_segments(path: str, stripped: str) -> None:
-    assert strip_enum_variant_segments(path) == stripped
-
-
 def test_enum_variant_paths_load_with_skip_enum_variants() -> None:
     data = _burn_file_with_variant()
     store = BurnpackStore.from_bytes(data).with_from_adapter(BurnToPyTorchAdapter())
@@ -52,6 +42,23 @@ def test_enum_variant_paths_load_with_skip_enum_variants() -> None:
     assert result.unused == ["feature.BaseConv.bias", "feature.BaseConv.weight"]
     result = model.load_from(store.skip_enum_variants())
     assert result.is_success() and not result.missing and not result.unused
+
+
+def test_two_variants_that_strip_to_one_name_are_refused_naming_both() -> None:
+    # enc.Foo.w and enc.Bar.w both become enc.w: one would be dropped silently otherwise.
+    entries = [
+        TensorEntry.from_array(name, np.full((3, 64), value, np.float32))
+        for name, value in (("feature.Foo.weight", 1.0), ("feature.Bar.weight", 2.0))
+    ]
+    store = BurnpackStore.from_bytes(burnpack.write_bytes(entries)).skip_enum_variants()
+    with pytest.raises(RemapCollisionError) as caught:
+        store.allow_partial().apply_to(EnumTwin())
+    error = caught.value
+    assert (error.new, {error.first, error.second}) == (
+        "feature.weight",
+        {"feature.Foo.weight", "feature.Bar.weight"},
+    )
+    assert error.cause == "skipping enum variants"
 
 
 def test_module_snapshot_mixin_collects_and_applies() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from weightstore.paths._filter import PathFilter, PathPredicate
 from weightstore.paths._indices import (
     ENUM_CONTAINER_PREFIX,
-    is_enum_container,
+    is_variant_segment,
     map_indices_contiguous,
     map_indices_contiguous_except,
     parse_index,
@@ -33,7 +33,7 @@ __all__ = [
     "PathPredicate",
     "RemapRule",
     "compile_pattern",
-    "is_enum_container",
+    "is_variant_segment",
     "map_indices_contiguous",
     "map_indices_contiguous_except",
     "parse_index",

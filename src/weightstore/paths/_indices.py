@@ -18,16 +18,16 @@ matches a regex, for models that really do keep gaps (a ModuleList indexed by la
 
 **Enum variants.** Burn puts the active variant of an enum module into the path
 (``feature.BaseConv.weight``); PyTorch has no such level (``feature.weight``).
-`strip_enum_variants` drops those segments given the container types along the path.
+`strip_enum_variants` drops those segments, told apart by their spelling (`is_variant_segment`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
-from weightstore.errors import InvalidOptionError, RemapCollisionError
+from weightstore.errors import RemapCollisionError
 from weightstore.paths._regex import compile_pattern
 
 MAX_INDEX: Final = 2**64 - 1  # Burn parses indices as usize; larger numbers are plain names
@@ -135,39 +135,37 @@ def map_indices_contiguous_except(
     return _map_indices(paths, keep)
 
 
-def is_enum_container(container_type: str) -> bool:
-    """Whether a container-stack entry marks an enum level (Burn writes ``Enum:<Name>``)."""
-    return container_type.startswith(ENUM_CONTAINER_PREFIX)
+def is_variant_segment(segment: str) -> bool:
+    """Whether a path segment is spelled like a Burn enum variant name.
+
+    Burn's own rule (its "did you mean" hint): longer than one byte, an upper-case first
+    character and a lower-case one after it, so ``BaseConv`` counts and ``QKV`` or ``W`` do not.
+    """
+    return (
+        len(segment.encode()) > 1
+        and segment[0].isupper()
+        and any(char.islower() for char in segment[1:])
+    )
 
 
-def strip_enum_variants(
-    segments: Sequence[str],
-    container_types: Sequence[str],
-    is_variant: Callable[[str], bool] = is_enum_container,
-) -> list[str]:
-    """`segments` without those that name an enum variant (reference section 6.4).
+def strip_enum_variants(path: str, *, first_only: bool = False) -> str:
+    """`path` without its inner segments (not first, not last) that name an enum variant.
 
-    Burn pushes one path segment and one container entry each time it enters a module, so the
-    two stacks line up and the segment under an ``Enum:<Name>`` entry is the variant name:
-    ``["feature", "BaseConv", "weight"]`` under ``["Struct:Model", "Enum:ConvKind",
-    "Struct:BaseConv"]`` becomes ``["feature", "weight"]``.
+    Burn puts the active variant of an enum module into the path (``feature.BaseConv.weight``);
+    PyTorch has no such level (``feature.weight``). A path read from a file carries no container
+    types, so variants are told by their spelling (`is_variant_segment`).
 
     Args:
-        segments: the path, one entry per level.
-        container_types: the container stack, one entry per segment: the type of the module
-            that holds that segment.
-        is_variant: which container entries mark a variant level; Burn's ``Enum:`` by default.
-
-    Raises:
-        InvalidOptionError: the two stacks differ in length, so their levels cannot be paired.
+        path: a dot-joined tensor path.
+        first_only: drop only the first such segment, as Burn's suggestion hint does.
     """
-    if len(container_types) != len(segments):
-        raise InvalidOptionError(
-            f"container types {list(container_types)} do not line up with path segments "
-            f"{list(segments)}: expected one per segment"
-        )
-    return [
-        segment
-        for segment, container in zip(segments, container_types, strict=True)
-        if not is_variant(container)
-    ]
+    parts = path.split(".")
+    kept = parts[:1]
+    dropped = False
+    for part in parts[1:-1]:
+        if is_variant_segment(part) and not (first_only and dropped):
+            dropped = True
+            continue
+        kept.append(part)
+    kept.extend(parts[1:][-1:])
+    return ".".join(kept)

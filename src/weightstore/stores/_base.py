@@ -260,6 +260,7 @@ class Store(ABC):
             device=device,
             map_indices=self._index_mapper(),
             skip_enum_variants=options.skip_enum_variants,
+            source_path=self._path,
         )
         if options.validate and result.errors:
             raise LoadFailedError(
