@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs every benchmark once: about 6 s
+
 pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 

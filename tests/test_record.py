@@ -55,19 +55,29 @@ def test_record_keeps_values_at_creation() -> None:
 
 def test_strict_by_default_and_each_allowance() -> None:
     record = into_record({"fc": _model()["fc"]})  # no "steps"
-    with pytest.raises(LoadFailedError, match="allow_partial"):
+    with pytest.raises(LoadFailedError) as missing:
         load_record(_model(0.0), record)
+    assert missing.value.result.missing == [("steps", "dict")]
     assert load_record(_model(0.0), record.allow_partial()).missing == [("steps", "dict")]
     bigger = into_record({**_model(), "extra": np.zeros(1, np.float32)})
-    with pytest.raises(LoadFailedError, match="allow_unused"):
+    with pytest.raises(LoadFailedError) as unused:
         load_record(_model(0.0), bigger)
+    assert (unused.value.result.missing, unused.value.result.unused) == ([], ["extra"])
     assert load_record(_model(0.0), bigger.allow_unused()).unused == ["extra"]
     wrong = into_record({**_model(), "steps": np.zeros(3, np.int64)})
-    with pytest.raises(LoadFailedError, match="validate"):
+    with pytest.raises(LoadFailedError) as failed:
         load_record(_model(0.0), wrong)
+    assert [(e.kind, e.path) for e in failed.value.result.errors] == [("shape_mismatch", "steps")]
     result = try_load_record(_model(0.0), wrong)
     assert [e.kind for e in result.errors] == ["shape_mismatch"]
-    assert load_record(_model(0.0), wrong.validate(False)).errors
+    assert load_record(_model(0.0), wrong.strict_shapes(False)).errors
+
+
+def test_validate_is_burns_name_for_strict_shapes() -> None:
+    record = into_record(_model())
+    assert record.check_shapes and not record.strict_shapes(False).check_shapes
+    assert record.validate(False) == record.strict_shapes(False)
+    assert record.strict_shapes(False).validate() == record
 
 
 def test_dtype_policies() -> None:

@@ -6,13 +6,12 @@ the public surface. torch is never imported by ``import weightstore``.
 
 from __future__ import annotations
 
-from weightstore import burnpack, dtypes
+from weightstore import burnpack, dtypes, formats
 from weightstore._version import __version__
 from weightstore.adapters import Adapter, ChainAdapter, IdentityAdapter
 from weightstore.apply_result import ApplyError, ApplyResult
 from weightstore.bridge import to_data, to_torch
 from weightstore.burnpack import BurnpackReader, BurnpackWriter, Scalar
-from weightstore.detect import detect_format
 from weightstore.dtypes import DType
 from weightstore.entry import TensorEntry
 from weightstore.errors import (
@@ -38,6 +37,7 @@ from weightstore.errors import (
     UnsupportedVersionError,
     WeightstoreError,
 )
+from weightstore.formats import FORMATS, ContainerFormat, detect_format, open_reader
 from weightstore.module_snapshot import ModuleSnapshot, apply, collect, load_from, save_into
 from weightstore.paths import KeyRemapper, PathFilter, map_indices_contiguous
 from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
@@ -51,6 +51,7 @@ from weightstore.stores import (
 )
 
 __all__ = [
+    "FORMATS",
     "Adapter",
     "ApplyError",
     "ApplyResult",
@@ -59,6 +60,7 @@ __all__ = [
     "BurnpackStore",
     "BurnpackWriter",
     "ChainAdapter",
+    "ContainerFormat",
     "DType",
     "DTypeError",
     "DescriptorError",
@@ -98,10 +100,12 @@ __all__ = [
     "collect",
     "detect_format",
     "dtypes",
+    "formats",
     "into_record",
     "load_from",
     "load_record",
     "map_indices_contiguous",
+    "open_reader",
     "save_into",
     "to_data",
     "to_torch",

@@ -19,16 +19,9 @@ from typing import BinaryIO
 
 from weightstore.errors import DestinationExistsError
 
-__all__ = ["with_default_extension", "write_all", "write_atomic"]
+__all__ = ["write_all", "write_atomic"]
 
 _counter = itertools.count()
-
-
-def with_default_extension(path: str | os.PathLike[str], extension: str) -> str:
-    """`path` with ``.<extension>`` appended when its file name has no extension."""
-    filename = os.fspath(path)
-    _, ext = os.path.splitext(filename)
-    return filename if ext else f"{filename}.{extension}"
 
 
 def write_all(file: BinaryIO, data: memoryview) -> None:

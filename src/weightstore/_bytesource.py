@@ -5,6 +5,14 @@ in-memory sources return views (no copy); the pread source returns a fresh buffe
 filesystems where mmap misbehaves (some network mounts, FUSE). A mapped file is opened
 copy-on-write (``MAP_PRIVATE``): arrays built on it can be written to, and those writes never
 reach the file.
+
+Closing a mapped source unmaps the file at once unless arrays still view it; then it is
+unmapped when the last of them is freed. That is safe only because every array over a source's
+bytes is built with `np.frombuffer` (directly, or as the ``buffer=`` of `np.ndarray`): NumPy
+then holds a buffer export of the mapping, and `mmap.close` refuses (`BufferError`) while one
+exists. Never pass a view from `read` straight to ``np.ndarray(buffer=...)``: NumPy 2 keeps the
+bare mmap as that array's base and takes no export, so closing would unmap memory the array
+still reads, and touching it would crash the process.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from weightstore.errors import TruncatedError
 __all__ = ["ByteSource", "MemorySource", "MmapSource", "PreadSource", "ReadMode", "open_source"]
 
 ReadMode = Literal["mmap", "pread"]
+"""How `open_source` reads a file: ``"mmap"`` (views of a mapping) or ``"pread"`` (copies)."""
 
 
 class ByteSource(Protocol):
@@ -39,20 +48,24 @@ class ByteSource(Protocol):
         """Exactly `size` bytes from `offset`, or `TruncatedError` naming `what`."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the file; arrays already built from `read` stay valid."""
+        ...
 
 
 def _check_range(source: ByteSource, offset: int, size: int, what: str, tensor: str | None) -> None:
+    """The bound every `read` checks first: `TruncatedError` unless the range lies in the source."""
     if offset < 0 or size < 0 or offset + size > source.size:
         found = max(0, source.size - max(offset, 0))
         raise TruncatedError(what, size, found, path=source.name, tensor=tensor)
 
 
-class MemorySource:
+class MemorySource(ByteSource):
     """Bytes the caller already holds; `read` returns views into them."""
 
     def __init__(self, buffer: bytes | bytearray | memoryview, name: str | None = None) -> None:
         self._view = memoryview(buffer).cast("B")
+        self._size = self._view.nbytes
         self._name = name
 
     @property
@@ -61,7 +74,7 @@ class MemorySource:
 
     @property
     def size(self) -> int:
-        return self._view.nbytes
+        return self._size
 
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
         _check_range(self, offset, size, what, tensor)
@@ -72,7 +85,8 @@ class MemorySource:
 
 
 class MmapSource(MemorySource):
-    """A file mapped copy-on-write; ranges are views of the mapping."""
+    """A file mapped copy-on-write; ranges are views of the mapping (see the module docstring
+    for when `close` unmaps)."""
 
     def __init__(self, path: str) -> None:
         with open(path, "rb") as file:
@@ -82,18 +96,50 @@ class MmapSource(MemorySource):
                 mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
             )
         super().__init__(memoryview(self._map) if self._map is not None else b"", name=path)
+        self._path = path
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The mapped file's path."""
+        return self._path
+
+    @property
+    def mapping(self) -> mmap.mmap | bytes:
+        """The whole file, for parsers that scan it in place: the mmap itself, ``b""`` when the
+        file is empty. `find` searches it without copying; slicing it copies. Arrays are built
+        from `read`, never from this (see the module docstring)."""
+        self._check_open()
+        return b"" if self._map is None else self._map
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        """As `ByteSource.read`; `ValueError` once the source is closed."""
+        self._check_open()
+        return super().read(offset, size, what, tensor)
 
     def close(self) -> None:
-        """Unmap unless arrays still view the mapping; then it goes when they do."""
+        """Unmap now, or, while arrays still view the mapping, when the last of them goes.
+
+        The source drops its own references either way, so nothing here keeps the file mapped.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        view, mapping = self._view, self._map
+        self._view, self._map = memoryview(b""), None
         try:
-            self._view.release()
-            if self._map is not None:
-                self._map.close()
+            view.release()
+            if mapping is not None:
+                mapping.close()
         except BufferError:
-            pass
+            pass  # arrays hold exports of the mapping; it is unmapped with the last of them
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self._path}: the file is closed")
 
 
-class PreadSource:
+class PreadSource(ByteSource):
     """A file read with `os.pread`: each range is a fresh, writable copy."""
 
     def __init__(self, path: str) -> None:
@@ -110,6 +156,8 @@ class PreadSource:
         return self._size
 
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        if self._fd < 0:
+            raise ValueError(f"{self._name}: the file is closed")
         _check_range(self, offset, size, what, tensor)
         # np.empty, not bytearray: zero-filling would fault every page in twice.
         view = np.empty(size, np.uint8).data

@@ -32,6 +32,7 @@ class ContainerReader(Generic[DescriptorT]):
     path: str | None
     data_start: int  # absolute offset that descriptors' data_offsets are relative to
     descriptors: dict[str, DescriptorT]
+    _metadata: dict[str, str]
 
     def __init__(self, source: ByteSource, **limits: int) -> None:
         raise NotImplementedError  # each format parses its own header
@@ -66,6 +67,10 @@ class ContainerReader(Generic[DescriptorT]):
         """Read a buffer in place: every tensor is a view into `buffer`, nothing is copied."""
         return cls._from_source(MemorySource(buffer), **limits)
 
+    def metadata(self) -> dict[str, str]:
+        """The file's user metadata (string pairs); a copy, so changing it changes nothing."""
+        return dict(self._metadata)
+
     def names(self) -> list[str]:
         """Tensor names, sorted."""
         return sorted(self.descriptors)
@@ -86,6 +91,11 @@ class ContainerReader(Generic[DescriptorT]):
         return iter(self.names())
 
     def descriptor(self, name: str) -> DescriptorT:
+        """The header's entry for tensor `name` (dtype, shape, byte span); reads no data.
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+        """
         try:
             return self.descriptors[name]
         except KeyError:

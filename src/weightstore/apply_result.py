@@ -1,6 +1,6 @@
 """The load report: what happened to every tensor, as data and as the summary a person reads.
 
-A load sorts each tensor into one bucket (reference section 3.3):
+A load sorts each tensor into one bucket, as Burn's applier does:
 
     applied   found in the source and written into the model, in model order
     skipped   found in the source but excluded by the load filter; sorted
@@ -16,7 +16,8 @@ whether missing tensors fail a load is the store's `allow_partial` decision, not
 
 `str(result)` prints Burn's "Tensor Loading Summary" box line for line (so users of both read one
 format), with Python instead of Rust in its hints, and "did you mean" suggestions for missing
-paths computed with the Jaro similarity of Rust's `textdistance` 1.1.1 (reference section 5.1).
+paths computed with the Jaro similarity exactly as Rust's `textdistance` 1.1.1 computes it (see
+`jaro_similarity`; docs/paths.md shows the summary).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Final, Literal, TypeAlias
 from weightstore.paths import ENUM_CONTAINER_PREFIX, strip_enum_variants
 
 __all__ = [
-    "ALLOW_PARTIAL_HINT",
     "SHOWN_PER_SECTION",
     "SUGGESTION_THRESHOLD",
     "ApplyError",
@@ -37,15 +37,17 @@ __all__ = [
     "jaro_similarity",
 ]
 
-SUGGESTION_THRESHOLD: Final = 0.7  # Burn's cut-off; below it suggestions are mostly noise
-SHOWN_PER_SECTION: Final = 10  # entries listed per summary section, as Burn; the rest counted
+SUGGESTION_THRESHOLD: Final = 0.7
+"""Lowest Jaro similarity a "did you mean" suggestion may have; Burn's cut-off, below which
+suggestions are mostly noise."""
+
+SHOWN_PER_SECTION: Final = 10
+"""Entries the summary lists per section, as Burn; the rest are counted, not listed."""
+
 DTYPE_HINT: Final = "converting would lose information; cast explicitly with an adapter"
-ALLOW_PARTIAL_HINT: Final = (
-    "hint: call store.allow_partial(True) to get an ApplyResult listing the missing tensors "
-    "instead of this error"
-)  # for stores to append to the summary when missing tensors fail a load
 
 ApplyErrorKind: TypeAlias = Literal["shape_mismatch", "dtype_mismatch", "load_error"]
+"""Which failure an `ApplyError` records; Burn's variant names in snake case."""
 _MISMATCH_WHAT: Final[dict[str, str]] = {"shape_mismatch": "shape", "dtype_mismatch": "dtype"}
 
 

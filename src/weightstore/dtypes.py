@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 import ml_dtypes
@@ -22,6 +23,7 @@ from weightstore.errors import DTypeError
 
 __all__ = [
     "ALL_DTYPES",
+    "TORCH_STORAGE_CLASSES",
     "DType",
     "can_cast_exactly",
     "from_burnpack",
@@ -67,14 +69,17 @@ class DType:
 
     @property
     def is_float(self) -> bool:
+        """A floating-point dtype (table kind ``"f"``)."""
         return self.kind == "f"
 
     @property
     def is_int(self) -> bool:
+        """Signed or unsigned integer."""
         return self.kind in ("i", "u")
 
     @property
     def is_bool(self) -> bool:
+        """Boolean, however the format stores it."""
         return self.kind == "b"
 
     def nbytes(self, shape: tuple[int, ...]) -> int:
@@ -157,15 +162,22 @@ _BY_NUMPY: Final = {
     for d in reversed(ALL_DTYPES)
     if d.numpy is not None and (d.kind != "b" or d.name == "BOOL")
 }
-# Legacy torch storage classes name their element type; `UntypedStorage` carries it elsewhere.
-_TORCH_STORAGE: Final = {
-    "DoubleStorage": "F64", "FloatStorage": "F32", "HalfStorage": "F16",
-    "BFloat16Storage": "BF16", "LongStorage": "I64", "IntStorage": "I32",
-    "ShortStorage": "I16", "CharStorage": "I8", "ByteStorage": "U8", "BoolStorage": "BOOL",
-    "ComplexFloatStorage": "C64", "ComplexDoubleStorage": "C128",
-    "UInt16Storage": "U16", "UInt32Storage": "U32", "UInt64Storage": "U64",
-    "Float8_e4m3fnStorage": "F8_E4M3", "Float8_e5m2Storage": "F8_E5M2",
-}  # fmt: skip
+# fmt: off
+TORCH_STORAGE_CLASSES: Final[Mapping[str, str]] = MappingProxyType({
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QUInt8Storage": "quint8",
+    "QInt32Storage": "qint32", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
+    "UntypedStorage": "uint8",
+})
+# fmt: on
+"""The storage classes torch pickles (``torch.FloatStorage``, ...: every class in torch's
+``_storage_classes``) and the torch dtype each holds, in torch's spelling: `from_torch` maps it to
+a row, and the quantized ones have none. torch >= 2.1 names no class for its newer dtypes
+(uint16, float8, ...): it pickles an ``UntypedStorage`` of bytes and passes the dtype beside it.
+"""
 
 QFLOAT: Final = _BY_NAME["QFLOAT"]
 
@@ -220,11 +232,15 @@ def from_torch(name: str) -> DType:
 
 
 def from_torch_storage(class_name: str) -> DType:
-    """The row for a legacy typed storage class name such as ``"FloatStorage"``."""
-    try:
-        return _BY_NAME[_TORCH_STORAGE[class_name]]
-    except KeyError:
-        raise DTypeError(f"unknown torch storage class {class_name!r}") from None
+    """The row for the dtype a torch storage class holds (``"FloatStorage"``: F32).
+
+    Raises:
+        DTypeError: a class torch never pickles, or one holding a dtype with no row (quantized).
+    """
+    torch_name = TORCH_STORAGE_CLASSES.get(class_name)
+    if torch_name is None:
+        raise DTypeError(f"unknown torch storage class {class_name!r}")
+    return from_torch(torch_name)
 
 
 def to_burnpack(dtype: DType) -> str | Mapping[str, str]:

@@ -20,8 +20,9 @@ from weightstore.errors import EntryError
 
 __all__ = ["Buffer", "TensorEntry", "as_byte_view"]
 
-# Anything exposing the buffer protocol, or an array (made C-contiguous and little-endian first).
 Buffer: TypeAlias = "bytes | bytearray | memoryview | np.ndarray[Any, Any]"
+"""Tensor bytes as a writer accepts them: anything exposing the buffer protocol, or an array
+(made C-contiguous and little-endian first, see `as_byte_view`)."""
 
 
 def as_byte_view(data: Buffer) -> memoryview:

@@ -151,7 +151,22 @@ class TruncatedError(FormatError, EOFError):
 
 
 class UnsupportedFormatError(WeightstoreError, ValueError):
-    """The input is not a file format weightstore reads (or not this one)."""
+    """The input is not a file format weightstore reads (or not this one).
+
+    Attributes:
+        found: what the bytes are instead (``"safetensors"``, ``"json"``), when recognised.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        path: str | None = None,
+        tensor: str | None = None,
+        found: str | None = None,
+    ) -> None:
+        self.found = found
+        super().__init__(detail, path=path, tensor=tensor)
 
 
 class DTypeError(WeightstoreError, TypeError):
@@ -173,12 +188,21 @@ class EntryError(WeightstoreError, ValueError):
 
 
 class InvalidOptionError(WeightstoreError, ValueError):
-    """A builder or function option that cannot work; raised at the call that set it."""
+    """A builder or function option that cannot work; raised at the call that set it.
 
-    def __init__(self, detail: str) -> None:
+    Attributes:
+        option: the option at fault (``"top_level_key"``), when one is.
+        format: the format that cannot honour it (``"burnpack"``), when that is the reason.
+    """
+
+    def __init__(
+        self, detail: str, *, option: str | None = None, format: str | None = None
+    ) -> None:
         self.detail = detail
         self.path = None
         self.tensor = None
+        self.option = option
+        self.format = format
         ValueError.__init__(self, detail)
 
 

@@ -20,12 +20,25 @@ __all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
 
 
 def save_into(model: object, store: Store) -> None:
-    """Save `model` into `store` (a file, or the store's memory)."""
+    """Save `model` into `store` (a file, or the store's memory).
+
+    Args:
+        model: a torch module or a nested dict of NumPy arrays.
+        store: where to write; its filter, to-adapter and options decide what is written.
+    """
     store.collect_from(model)
 
 
 def load_from(model: object, store: Store, *, device: Any = None) -> ApplyResult:
     """Load `store` into `model` in place.
+
+    Args:
+        model: a torch module or a nested dict of NumPy arrays; its tensors are overwritten.
+        store: what to read; its filter, remapping, from-adapter and options apply.
+        device: where new torch tensors go; ``None`` keeps each parameter's device.
+
+    Returns:
+        The report of what was applied, skipped, missing, unused or failed.
 
     Raises:
         LoadFailedError: tensors are missing (without ``allow_partial``) or failed to load
@@ -40,6 +53,7 @@ class ModuleSnapshot:
     def collect(
         self, filter: PathFilter | None = None, adapter: Adapter | None = None
     ) -> list[TensorSnapshot]:
+        """This model's tensors as lazy snapshots (`weightstore.collect` on `self`)."""
         return collect(self, filter, adapter)
 
     def apply(
@@ -58,7 +72,9 @@ class ModuleSnapshot:
         return apply(self, snapshots, filter, adapter)
 
     def save_into(self, store: Store) -> None:
+        """Save this model into `store`; see the function `save_into`."""
         save_into(self, store)
 
     def load_from(self, store: Store, *, device: Any = None) -> ApplyResult:
+        """Load `store` into this model in place; see the function `load_from`."""
         return load_from(self, store, device=device)

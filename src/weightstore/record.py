@@ -40,17 +40,19 @@ class ModuleRecord:
 
     Attributes:
         snapshots: the tensors, in model order.
-        partial: a load may leave model tensors the record lacks (Burn's ``allow_partial``).
-        unused: a load may ignore record tensors the model lacks (``allow_unused``).
-        strict_shapes: shape and dtype errors fail the load (``validate``).
+        partial: a load may leave model tensors the record lacks (set by `allow_partial`).
+        unused: a load may ignore record tensors the model lacks (set by `allow_unused`).
+        check_shapes: shape, dtype and data errors fail the load (set by `strict_shapes`; Burn's
+            ``validate``).
         dtype_policy: ``"from_record"`` (default: the model takes the record's dtype, as Burn),
-            ``"cast"`` (converted to the model's dtype), or ``"exact"``.
+            ``"cast"`` (converted to the model's dtype), or ``"exact"`` (set by
+            `with_dtype_policy`).
     """
 
     snapshots: tuple[TensorSnapshot, ...]
     partial: bool = False
     unused: bool = False
-    strict_shapes: bool = True
+    check_shapes: bool = True
     dtype_policy: DTypePolicy = "from_record"
 
     # -- making records -------------------------------------------------------------------------
@@ -59,8 +61,19 @@ class ModuleRecord:
     def from_module(
         cls, model: object, filter: PathFilter | None = None, adapter: Adapter | None = None
     ) -> ModuleRecord:
-        """The model's tensors as they are now (copied, so later training does not change the
-        record); each gets the model's stable parameter id, or a fresh random one."""
+        """The model's tensors as they are now, copied so later training does not change the
+        record.
+
+        Args:
+            model: a torch module or a nested dict of NumPy arrays.
+            filter: keep only the tensors it matches; all of them when omitted.
+            adapter: applied to each tensor as it is collected (``PyTorchToBurnAdapter`` to
+                record in Burn's layout).
+
+        Returns:
+            A strict record; each tensor carries the model's stable parameter id, or a fresh
+            random u64 when the model has none.
+        """
         snapshots = []
         for snapshot in collect(model, filter, adapter):
             array = np.array(snapshot.to_numpy(), copy=True)
@@ -75,15 +88,27 @@ class ModuleRecord:
         """Read a record file (``.bpk`` appended when the path has no extension and is absent).
 
         Tensors are views of the mapped file until loaded into a model.
+
+        Raises:
+            FormatError: the file is not a valid burnpack file (bad magic, damaged metadata,
+                data shorter than its descriptors claim).
+            OSError: the file cannot be opened.
         """
         return cls._from_reader(BurnpackReader.from_file(path))
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> ModuleRecord:
+        """A record read from burnpack bytes in memory (what `into_bytes` returns); a mutable
+        buffer is copied first, so later writes to it do not change the record.
+
+        Raises:
+            FormatError: `data` is not a valid burnpack file.
+        """
         return cls._from_reader(BurnpackReader.from_bytes(data))
 
     @classmethod
     def _from_reader(cls, reader: BurnpackReader) -> ModuleRecord:
+        """Snapshots in file order; a tensor without a ``param_id`` gets a fresh random one."""
         ordered = sorted(reader.descriptors.values(), key=lambda d: d.data_offsets)
         return cls(
             tuple(
@@ -101,15 +126,29 @@ class ModuleRecord:
     # -- settings -------------------------------------------------------------------------------
 
     def allow_partial(self, allow: bool = True) -> ModuleRecord:
+        """A copy whose loads leave model tensors the record lacks as they are, instead of
+        failing; they are still listed in the result's ``missing``."""
         return dataclasses.replace(self, partial=allow)
 
     def allow_unused(self, allow: bool = True) -> ModuleRecord:
+        """A copy whose loads ignore record tensors the model does not have, instead of
+        failing; they are still listed in the result's ``unused``."""
         return dataclasses.replace(self, unused=allow)
 
+    def strict_shapes(self, strict: bool = True) -> ModuleRecord:
+        """A copy whose loads fail (``strict``, the default) or only report (``False``) when a
+        tensor is found but cannot be loaded: wrong shape, lossy dtype, unreadable data."""
+        return dataclasses.replace(self, check_shapes=strict)
+
     def validate(self, validate: bool = True) -> ModuleRecord:
-        return dataclasses.replace(self, strict_shapes=validate)
+        """Alias of `strict_shapes` under Burn's name for the setting (``validate``), so code
+        ported from Rust reads the same."""
+        return self.strict_shapes(validate)
 
     def with_dtype_policy(self, policy: DTypePolicy) -> ModuleRecord:
+        """A copy that loads with `policy`: ``"from_record"`` (the model takes the record's
+        dtype), ``"cast"`` (converted to the model's dtype) or ``"exact"`` (converted only
+        without loss, else reported as a dtype mismatch)."""
         return dataclasses.replace(self, dtype_policy=policy)
 
     def cast_to_module_dtype(self) -> ModuleRecord:
@@ -119,6 +158,7 @@ class ModuleRecord:
     # -- saving ---------------------------------------------------------------------------------
 
     def _writer(self) -> BurnpackWriter:
+        """A writer of every tensor with its parameter id and no metadata map."""
         entries = [
             TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id)
             for s in self.snapshots
@@ -126,21 +166,31 @@ class ModuleRecord:
         return BurnpackWriter(entries)  # no metadata map, as Burn's ModuleRecord writes
 
     def save(self, path: str | os.PathLike[str]) -> str:
-        """Write the record atomically (replacing any file, as Burn does); ``.bpk`` is appended
-        when the path has no extension. Returns the path written."""
+        """Write the record as a burnpack file, atomically, replacing any file there (as Burn
+        does).
+
+        Args:
+            path: the file to write; ``.bpk`` is appended when it has no extension.
+
+        Returns:
+            The path written, extension included.
+        """
         return self._writer().save(path, overwrite=True, auto_extension=True)
 
     def into_bytes(self) -> bytes:
+        """The bytes `save` would write, in memory (Burn's ``ModuleRecord`` to bytes)."""
         return self._writer().to_bytes()
 
     def __len__(self) -> int:
         return len(self.snapshots)
 
     def keys(self) -> list[str]:
+        """The tensors' dotted paths, in record order."""
         return [s.full_path for s in self.snapshots]
 
 
 def _new_id() -> int:
+    """A random u64 parameter id, as Burn gives a parameter that has none."""
     return secrets.randbits(64)
 
 
@@ -158,7 +208,18 @@ def try_load_record(
     adapter: Adapter | None = None,
     device: object = None,
 ) -> ApplyResult:
-    """Load `record` into `model` and return the report, whatever it says."""
+    """Load `record` into `model` and return the report, whatever it says; the record's
+    allowances are not consulted (compare `load_record`).
+
+    Args:
+        model: a torch module or a nested dict of NumPy arrays; its tensors are overwritten.
+        record: the tensors to load, and the dtype policy to load them with.
+        adapter: applied to each record tensor before it is loaded.
+        device: where new torch tensors go; ``None`` keeps each parameter's device.
+
+    Returns:
+        What was applied, missing, unused or failed.
+    """
     snapshots: Sequence[TensorSnapshot] = record.snapshots
     return apply(model, snapshots, None, adapter, device=device, dtype_policy=record.dtype_policy)
 
@@ -170,11 +231,29 @@ def load_record(
     adapter: Adapter | None = None,
     device: object = None,
 ) -> ApplyResult:
-    """Load `record` into `model`, raising `LoadFailedError` on any disagreement the record
-    does not allow (checked in Burn's order: errors, missing, unused)."""
+    """Load `record` into `model`, failing on any disagreement the record does not allow.
+
+    Example:
+        >>> load_record(model, ModuleRecord.load("checkpoint").allow_unused())
+
+    Args:
+        model: a torch module or a nested dict of NumPy arrays; its tensors are overwritten.
+        record: the tensors to load, with its allowances and dtype policy.
+        adapter: applied to each record tensor before it is loaded.
+        device: where new torch tensors go; ``None`` keeps each parameter's device.
+
+    Returns:
+        The report, when the load succeeded within the record's allowances.
+
+    Raises:
+        LoadFailedError: checked in Burn's order: a tensor failed to load (unless
+            ``strict_shapes(False)``), model tensors are missing (unless ``allow_partial()``),
+            record tensors are unused (unless ``allow_unused()``). The error's ``result`` is
+            the full report; tensors that did load stay loaded.
+    """
     result = try_load_record(model, record, adapter=adapter, device=device)
-    if record.strict_shapes and result.errors:
-        raise LoadFailedError(result, "fix the model, or use record.validate(False)")
+    if record.check_shapes and result.errors:
+        raise LoadFailedError(result, "fix the model, or use record.strict_shapes(False)")
     if result.missing and not record.partial:
         raise LoadFailedError(result, "use record.allow_partial(True) to leave them as they are")
     if result.unused and not record.unused:

@@ -70,6 +70,8 @@ class TensorSnapshot:
 
     @property
     def container_path(self) -> str:
+        """Container types joined with dots (``"Net.Linear"``), as path filters receive them;
+        ``""`` when the source knows no types."""
         return ".".join(self.container)
 
     @property
@@ -79,10 +81,12 @@ class TensorSnapshot:
 
     @property
     def numel(self) -> int:
+        """Number of elements the shape declares (1 for a scalar)."""
         return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
+        """Bytes the data takes in `dtype`, known without reading it (sub-byte dtypes pack)."""
         return self.dtype.nbytes(self.shape)
 
     def with_name(self, name: str) -> TensorSnapshot:

@@ -3,20 +3,26 @@
 `collect` turns a model into lazy snapshots (filtered, then adapted). `apply` matches snapshots
 to the model's tensors by name and writes them in, recording every outcome in an `ApplyResult`
 instead of stopping at the first problem: applied, skipped by the filter, missing from the
-source, unused by the model, and errors (shape, dtype, load). Data is read one tensor at a time,
-only for tensors that pass every check.
+source, unused by the model, and errors (shape, dtype, load). Matching and the shape and dtype
+checks happen here; the bridge then loads the resulting `LoadPlan` through the model's own
+machinery (torch's load hooks may rename, split or fill tensors), reading one tensor at a time
+and only tensors that passed every check.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from weightstore.adapters import Adapter
 from weightstore.apply_result import ApplyError, ApplyResult
-from weightstore.bridge import Target, bridge_for
-from weightstore.dtypes import can_cast_exactly
-from weightstore.errors import RemapCollisionError, WeightstoreError
+from weightstore.bridge import LoadOutcome, LoadPlan, PendingTensor, Target, bridge_for
+from weightstore.dtypes import DType, can_cast_exactly
+from weightstore.errors import RemapCollisionError
 from weightstore.paths import PathFilter, strip_enum_variants
 from weightstore.snapshot import TensorSnapshot
 
@@ -27,6 +33,7 @@ IndexMapper = Callable[[Iterable[str]], dict[str, str]]
 # How a source dtype meets the model's: convert only when exact (stores), keep the source's
 # (Burn's ModuleRecord default), or cast whatever it costs (``cast_to_module_dtype``).
 DTypePolicy = Literal["exact", "from_record", "cast"]
+
 
 def collect(
     model: object,
@@ -47,7 +54,7 @@ def collect(
     """
     bridge = bridge_for(model)
     snapshots = bridge.snapshots()
-    if dedupe_tied and hasattr(bridge, "aliases"):
+    if dedupe_tied:
         aliases = bridge.aliases()
         snapshots = [s for s in snapshots if s.full_path not in aliases]
     if filter is not None and not filter.is_empty:
@@ -109,10 +116,18 @@ def apply(
 ) -> ApplyResult:
     """Load `snapshots` into `model` and report what happened; never raises for data problems.
 
+    Snapshots are matched to the model's tensors by name and checked (shape, dtype) here; the
+    model's own load machinery then runs (for torch: ``_load_from_state_dict`` and the load
+    hooks), and may rename, split or fill tensors. Source tensors left unmatched are offered
+    to it under their own names. The report follows what was written: a tensor a hook filled
+    is applied, a source tensor a hook consumed is not unused, and torch's own error
+    messages become load errors of the tensors they name.
+
     Args:
         model: a `torch.nn.Module` or a (nested) dict of NumPy arrays; changed in place.
         snapshots: the source tensors.
-        filter: model paths it does not match are skipped (an empty filter skips nothing).
+        filter: model paths it does not match are skipped and never written, hooks included
+            (an empty filter skips nothing).
         adapter: transforms each matched snapshot, seen with the model's path and module types.
         device: torch only; where loaded tensors go (default: where the model's tensors are).
         map_indices: renumbers list indices on both sides before matching (contiguous mapping).
@@ -122,48 +137,120 @@ def apply(
             whatever the loss.
         source_path: the file the snapshots come from, named in errors.
 
+    Returns:
+        Every model path as applied, skipped, missing or an error, and the unused source paths.
+
     Raises:
         RemapCollisionError: two source tensors would fill one model tensor once enum variants
             are skipped; a load must never depend on which of them comes last.
+
+    Example:
+        >>> result = apply(model, list(store.get_all_snapshots().values()))  # doctest: +SKIP
+        >>> result.is_success(), result.missing
     """
     bridge = bridge_for(model, device=device)
     targets = bridge.targets()
+    aliases = bridge.aliases()  # before loading: the ties as the model was built
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
-    aliases: dict[str, str] = bridge.aliases() if hasattr(bridge, "aliases") else {}
-    result = ApplyResult(applied=[], skipped=[], missing=[], unused=[], errors=[])
-    used: set[str] = set()
+    matching = _match(targets, index, filter, adapter, dtype_policy)
+    outcome = bridge.load(matching.plan)
+    return _report(targets, aliases, index, matching, outcome)
+
+
+@dataclass(slots=True)
+class _Matching:
+    """What name matching and our own checks decided, before the model's code runs."""
+
+    plan: LoadPlan = field(default_factory=lambda: LoadPlan({}))
+    used: set[str] = field(default_factory=set)  # source names matched to a model path
+    skipped: set[str] = field(default_factory=set)  # model paths the filter excludes
+    errors: dict[str, ApplyError] = field(default_factory=dict)  # model path -> check failed
+
+
+def _match(
+    targets: Sequence[Target],
+    index: _SourceIndex,
+    filter: PathFilter | None,
+    adapter: Adapter | None,
+    dtype_policy: DTypePolicy,
+) -> _Matching:
+    """Match each target to a source tensor and check it; build the plan for the bridge."""
+    tensors: dict[str, PendingTensor] = {}
+    matching = _Matching()
     for target in targets:
         snapshot = _lookup(index, target, adapter)
         if snapshot is not None:
-            used.add(snapshot.full_path)
+            matching.used.add(snapshot.full_path)
         if not _selected(filter, target):
             # Burn reports a filtered-out tensor the file lacks as missing; excluded is excluded.
-            result.skipped.append(target.path)
-            continue
-        if snapshot is None:
-            if aliases.get(target.path) in result.applied:
-                result.applied.append(target.path)  # filled through its tie
+            matching.skipped.add(target.path)
+        elif snapshot is not None:
+            prepared = _prepare(target, snapshot, adapter, dtype_policy)
+            if isinstance(prepared, ApplyError):
+                matching.errors[target.path] = prepared
             else:
-                result.missing.append((target.path, target.container_path))
-            continue
-        error = _apply_one(bridge, target, snapshot, adapter, dtype_policy)
-        if error is None:
-            result.applied.append(target.path)
+                tensors[target.path] = prepared
+    paths = {target.path for target in targets}
+    spare = {
+        name: index.by_key[key].to_numpy
+        for key, name in index.name_of_key.items()
+        if name not in matching.used and name not in paths  # a model path means one thing
+    }
+    blocked = frozenset(matching.skipped | matching.errors.keys())
+    matching.plan = LoadPlan(tensors, spare, blocked)
+    return matching
+
+
+def _report(
+    targets: Sequence[Target],
+    aliases: dict[str, str],
+    index: _SourceIndex,
+    matching: _Matching,
+    outcome: LoadOutcome,
+) -> ApplyResult:
+    """Sort every model path into one bucket, in model order, from matching and the load."""
+    result = ApplyResult(applied=[], skipped=[], missing=[], unused=[], errors=[])
+    applied: set[str] = set()
+    for target in targets:
+        path = target.path
+        if path in matching.skipped:
+            result.skipped.append(path)
+        elif path in matching.errors:
+            result.errors.append(matching.errors[path])
+        elif path in outcome.errors:
+            result.errors.append(ApplyError.load_error(path, outcome.errors[path]))
+        elif path in outcome.loaded or aliases.get(path) in applied:  # or filled through its tie
+            result.applied.append(path)
+            applied.add(path)
         else:
-            result.errors.append(error)
-    result.unused.extend(sorted(name for name in index.name_of_key.values() if name not in used))
+            result.missing.append((path, target.container_path))
+    paths = {target.path for target in targets}
+    result.errors.extend(  # failures outside any model path: a spare source, a module's hook
+        ApplyError.load_error(path, message)
+        for path, message in outcome.errors.items()
+        if path not in paths
+    )
+    result.unused.extend(
+        sorted(
+            name
+            for name in index.name_of_key.values()
+            if name not in matching.used and name not in outcome.taken
+        )
+    )
     result.missing.sort()
     result.skipped.sort()
     return result
 
 
 def _selected(filter: PathFilter | None, target: Target) -> bool:
+    """Whether the load filter keeps `target` (no filter, or an empty one, keeps all)."""
     if filter is None or filter.is_empty:
         return True
     return filter.matches(target.path, target.container_path)
 
 
 def _lookup(index: _SourceIndex, target: Target, adapter: Adapter | None) -> TensorSnapshot | None:
+    """The source tensor for `target`: under its own name, else the adapter's alternative."""
     snapshot = index.find(target.path)
     if snapshot is None and adapter is not None:
         head, _, last = target.path.rpartition(".")
@@ -173,13 +260,13 @@ def _lookup(index: _SourceIndex, target: Target, adapter: Adapter | None) -> Ten
     return snapshot
 
 
-def _apply_one(
-    bridge: Any,
+def _prepare(
     target: Target,
     snapshot: TensorSnapshot,
     adapter: Adapter | None,
     dtype_policy: DTypePolicy,
-) -> ApplyError | None:
+) -> PendingTensor | ApplyError:
+    """Adapt and check one matched snapshot without reading it: the tensor to load, or why not."""
     param_id = snapshot.param_id
     if adapter is not None:
         # Adapters see the model's name and module types, as the target expects them.
@@ -192,11 +279,13 @@ def _apply_one(
         return ApplyError.shape_mismatch(target.path, target.shape, snapshot.shape)
     if dtype_policy == "exact" and not can_cast_exactly(snapshot.dtype, target.dtype):
         return ApplyError.dtype_mismatch(target.path, target.dtype.name, snapshot.dtype.name)
-    try:
-        array = snapshot.to_numpy()
-        if snapshot.dtype != target.dtype and dtype_policy != "from_record":
-            array = array.astype(target.dtype.numpy)
-        bridge.assign(target, array, param_id)
-    except (WeightstoreError, ValueError, RuntimeError, TypeError) as err:
-        return ApplyError.load_error(target.path, str(err))
-    return None
+    if snapshot.dtype == target.dtype or dtype_policy == "from_record":
+        return PendingTensor(snapshot.to_numpy, snapshot.dtype, param_id)
+    return PendingTensor(
+        functools.partial(_read_as, snapshot, target.dtype), target.dtype, param_id
+    )
+
+
+def _read_as(snapshot: TensorSnapshot, dtype: DType) -> np.ndarray[Any, Any]:
+    """The snapshot's data converted to `dtype` (the check that this is allowed came first)."""
+    return snapshot.to_numpy().astype(dtype.numpy)

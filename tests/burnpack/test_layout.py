@@ -12,7 +12,7 @@ from weightstore.burnpack._layout import HEADER_SIZE, MAGIC, TENSOR_ALIGNMENT, e
 from weightstore.entry import TensorEntry
 
 # The burn-pack README example: one F32 tensor "weight" [2, 2] = 1..4, param_id 42, one metadata
-# pair. Reference section 1.5 lists these bytes.
+# pair. Burn's format tests pin these bytes.
 README_HEADER = bytes.fromhex("4e525542 0100 62000000")  # "NRUB", version 1, metadata_size 98
 README_METADATA = bytes.fromhex(
     "a2 67 74656e736f7273"  # {"tensors":

@@ -30,7 +30,8 @@ from weightstore.errors import (
 
 MNIST = "mnist-inference-web/model.bpk"
 MNIST_SHA256 = "b63e660152b3865b1b630c97af6df1fcbc04206648d3a03b3636fcc795ecc472"
-# Reference section 1.9: physical order, shapes, offsets relative to data_start, value sums.
+# Burn's model.bpk as Burn's own test describes it: physical order, shapes, offsets relative
+# to data_start, value sums.
 MNIST_TENSORS = [
     ("conv1.conv.weight", (64, 1, 3, 3), 0, 2304, -24.805958),
     ("conv1.conv.bias", (64,), 2304, 2560, 1.470427),
@@ -74,7 +75,7 @@ def test_burn_mnist_descriptors_and_sums(open_pack: Opener) -> None:
     with open_pack(burn_fixture(MNIST)) as pack:
         assert pack.version == 1
         assert pack.data_start == 1536
-        assert pack.metadata == {} and pack.scalars == {}
+        assert pack.metadata() == {} and pack.scalars == {}
         assert pack.names() == sorted(name for name, *_ in MNIST_TENSORS)
         for name, shape, start, end, total in MNIST_TENSORS:
             descriptor = pack.descriptor(name)
@@ -99,7 +100,7 @@ def test_burn_mnist_rebuilds_byte_identical() -> None:
             TensorEntry(d.name, d.dtype, d.shape, pack.get_bytes(d.name), d.param_id)
             for d in ordered
         ]
-        rebuilt = BurnpackWriter(entries, pack.metadata, pack.scalars).to_bytes()
+        rebuilt = BurnpackWriter(entries, pack.metadata(), pack.scalars).to_bytes()
     assert hashlib.sha256(path.read_bytes()).hexdigest() == MNIST_SHA256
     assert hashlib.sha256(rebuilt).hexdigest() == MNIST_SHA256
 

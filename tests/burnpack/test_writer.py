@@ -61,7 +61,7 @@ def test_arrays_round_trip_values_including_bf16() -> None:
 def test_metadata_and_scalars_round_trip() -> None:
     scalars: dict[str, Any] = {"epoch": Scalar("UInt", 42), "lr": 0.001, "ok": True, "d": -3}
     pack = _roundtrip([], metadata={"b": "2", "a": "1"}, scalars=scalars)
-    assert pack.metadata == {"a": "1", "b": "2"}
+    assert pack.metadata() == {"a": "1", "b": "2"}
     assert pack.scalars == {
         "epoch": Scalar("UInt", 42),
         "lr": Scalar("Float", 0.001),
@@ -207,4 +207,4 @@ def test_saved_file_reads_back(tmp_path: Path) -> None:
     with BurnpackReader.from_file(path) as pack:
         assert pack.get("x").tolist() == [0, 1, 2, 3, 4]
         assert pack.descriptor("x").param_id == 2**64 - 1
-        assert pack.metadata == {"k": "v"}
+        assert pack.metadata() == {"k": "v"}

@@ -1,4 +1,5 @@
-"""Index mapping (reference section 6.3), its except-variant, and enum-variant stripping."""
+"""Index mapping (Burn's rules, as docs/paths.md states them), its except-variant, and
+enum-variant stripping."""
 
 from __future__ import annotations
 

@@ -187,7 +187,8 @@ def exercise(path: Path, **limits: int) -> None:
 
     with PytorchReader(path, **limits) as reader:
         for name in reader:
-            reader.get(name).to_numpy()
+            reader.get(name)
+            reader.get_slice(name)[...]
         reader.load_object()
         reader.metadata()
         reader.others()

@@ -1,4 +1,4 @@
-"""Burn's real PyTorch files (reference section 8): the names, shapes, dtypes and values Burn's
+"""Burn's real PyTorch files (shared/fixtures/burn): the names, shapes, dtypes and values Burn's
 tests expect, and, where torch is installed, every tensor bit for bit against `torch.load`.
 Each test skips when ``../shared/fixtures/burn`` is absent."""
 
@@ -109,7 +109,7 @@ def test_state_dicts_and_nesting() -> None:
 def test_a_training_checkpoint() -> None:
     path = burn_fixture("reader/checkpoint.pt")
     with PytorchReader(path) as reader:
-        assert reader.keys() == [
+        assert reader.names() == [
             "model_state_dict.fc1.weight",
             "model_state_dict.fc1.bias",
             "model_state_dict.fc2.weight",
@@ -121,8 +121,8 @@ def test_a_training_checkpoint() -> None:
         with pytest.raises(KeyNotFoundError, match="not found"):
             reader.load_object("missing")
     with PytorchReader(path, top_level_key="model_state_dict") as reader:
-        assert reader.keys() == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
-        assert reader.get("fc1.weight").shape == (10, 5)
+        assert reader.names() == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+        assert reader.tensor("fc1.weight").shape == (10, 5)
 
 
 def test_mixed_dtypes_specials_and_extremes() -> None:
@@ -142,8 +142,8 @@ def test_mixed_dtypes_specials_and_extremes() -> None:
 
 def test_parameters_and_buffers() -> None:
     with PytorchReader(burn_fixture("reader/parameter.pt")) as reader:
-        assert reader.keys() == ["param"]
-        assert reader.get("param").is_parameter and reader.get("param").shape == (3, 3)
+        assert reader.names() == ["param"]
+        assert reader.tensor("param").is_parameter and reader.get("param").shape == (3, 3)
     buffers = read("reader/buffers.pt")
     assert buffers["buffer1"].dtype == np.int32 and buffers["buffer1"].tolist() == [1, 2, 3]
     assert buffers["buffer2"].tolist() == [True, False]
@@ -160,14 +160,14 @@ def test_legacy_files() -> None:
         assert (meta.format, meta.tensor_count, meta.pytorch_version) == ("legacy", 3, None)
         assert meta.total_bytes > 0
         assert reader.get("weight").shape == (2, 3)
-        assert reader.get("bias").to_numpy().tolist() == [1, 1]
-        assert reader.get("running_mean").to_numpy().tolist() == [0, 0]
+        assert reader.get("bias").tolist() == [1, 1]
+        assert reader.get("running_mean").tolist() == [0, 0]
     with PytorchReader(burn_fixture("reader/legacy_uncloned_views.pt")) as reader:
-        first, second = reader.get("tensor1").to_numpy(), reader.get("tensor2").to_numpy()
+        first, second = reader.get("tensor1"), reader.get("tensor2")
         assert first.tolist() == list(range(10, 20)) and second.tolist() == list(range(50, 60))
         # one 100-element storage; its legacy blob is misaligned, so the views are copies
-        assert reader.get("tensor1").storage is not None
-        assert reader.get("tensor1").storage.key == reader.get("tensor2").storage.key
+        assert reader.tensor("tensor1").storage is not None
+        assert reader.tensor("tensor1").storage.key == reader.tensor("tensor2").storage.key
     offsets = read("reader/legacy_with_offsets.pt")
     np.testing.assert_allclose(offsets["tensor1"], 1 + np.arange(10) / 100, rtol=1e-6)
     np.testing.assert_allclose(offsets["tensor2"], 2 + np.arange(5) / 10, rtol=1e-6)
@@ -180,9 +180,9 @@ def test_tar_files() -> None:
     with PytorchReader(burn_fixture("reader/tar_weight_bias.tar")) as reader:
         assert reader.metadata().format == "tar"
         np.testing.assert_array_equal(
-            reader.get("weight").to_numpy(), np.float32([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+            reader.get("weight"), np.float32([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
         )
-        np.testing.assert_array_equal(reader.get("bias").to_numpy(), np.float32([0.01, 0.02]))
+        np.testing.assert_array_equal(reader.get("bias"), np.float32([0.01, 0.02]))
     multi = read("reader/tar_multi_dtype.tar")
     np.testing.assert_array_equal(multi["float_tensor"], np.float32([1.5, 2.5, 3.5]))
     np.testing.assert_array_equal(multi["double_tensor"], [1.111, 2.222])
@@ -289,7 +289,7 @@ def test_top_level_keys_and_configs() -> None:
     assert list(read(relative)) == ["my_state_dict.conv1.weight", "my_state_dict.conv1.bias"]
     assert list(read(relative, "my_state_dict")) == ["conv1.weight", "conv1.bias"]
     with PytorchReader(burn_fixture("pytorch-tests/config/weights_with_config.pt")) as reader:
-        assert reader.keys() == ["my_model.fc1.weight", "my_model.fc1.bias", "my_model.fc2.weight"]
+        assert reader.names() == ["my_model.fc1.weight", "my_model.fc1.bias", "my_model.fc2.weight"]
         assert reader.load_object("my_config") == {
             "n_head": 2,
             "n_layer": 3,
@@ -309,7 +309,7 @@ def test_top_level_keys_and_configs() -> None:
     debug = PytorchReader(burn_fixture("pytorch-tests/debug_test.pt"))
     assert debug.metadata().format_version is not None
     assert debug.metadata().storage_alignment is not None
-    assert debug.get("test").to_numpy().tolist() == [1, 2, 3, 4]
+    assert debug.get("test").tolist() == [1, 2, 3, 4]
     debug.close()
     assert read("pytorch-tests/test_int.pt")["test"].tolist() == [1, 2, 3]
 
@@ -326,8 +326,8 @@ def test_the_trained_mnist_model() -> None:
         "norm2.weight": (10,),
     }
     with PytorchReader(burn_fixture("import-model-weights/mnist.pt")) as reader:
-        assert reader.get("conv1.weight").device == "mps"  # saved on a Mac; read on the CPU
-        assert reader.get("norm1.num_batches_tracked").to_numpy() == 3752
+        assert reader.tensor("conv1.weight").device == "mps"  # saved on a Mac; read on the CPU
+        assert reader.get("norm1.num_batches_tracked") == 3752
         # The .safetensors twin comes from another training run: names and shapes agree only.
         safetensors_numpy = pytest.importorskip("safetensors.numpy")
         twin = safetensors_numpy.load_file(burn_fixture("import-model-weights/mnist.safetensors"))
@@ -354,6 +354,6 @@ def test_every_fixture_matches_torch_load(relative: str) -> None:
         warnings.simplefilter("ignore")
         expected = flatten(torch.load(path, weights_only=False, map_location="cpu"))
     with PytorchReader(path) as reader:
-        assert reader.keys() == list(expected)
+        assert reader.names() == list(expected)
         for name, tensor in expected.items():
-            assert_same(reader.get(name).to_numpy(), tensor, name)
+            assert_same(reader.get(name), tensor, name)

@@ -9,6 +9,7 @@ from weightstore import errors, pytorch_reader
 
 PUBLIC = [
     "DEFAULT_LIMITS",
+    "FORMAT",
     "MAX_CONTAINER_SIZE",
     "MAX_DEPTH",
     "MAX_INFLATED_SIZE",
@@ -25,6 +26,7 @@ PUBLIC = [
     "Opcode",
     "PytorchMetadata",
     "PytorchReader",
+    "TensorSlice",
     "TorchDType",
     "TorchDevice",
     "UnreadableTensor",

@@ -59,7 +59,7 @@ def test_we_read_what_package_numpy_writes(tmp_path: Path) -> None:
     path = tmp_path / "theirs.safetensors"
     safetensors_numpy.save_file(NUMPY_ARRAYS, str(path), metadata=METADATA)
     with SafetensorsReader.from_file(path) as reader:
-        assert reader.metadata == METADATA
+        assert reader.metadata() == METADATA
         assert reader.names() == sorted(NUMPY_ARRAYS)
         for name, array in NUMPY_ARRAYS.items():
             got = reader.get(name)
@@ -124,7 +124,7 @@ def test_we_read_what_package_torch_writes(tmp_path: Path) -> None:
     path = tmp_path / "theirs.safetensors"
     safetensors_torch.save_file(tensors, str(path), metadata={"format": "pt"})
     with SafetensorsReader.from_file(path, mode="pread") as reader:
-        assert reader.metadata == {"format": "pt"}
+        assert reader.metadata() == {"format": "pt"}
         for name, tensor in tensors.items():
             descriptor = reader.descriptor(name)
             assert descriptor.dtype == from_torch(str(tensor.dtype)), name

@@ -91,7 +91,7 @@ def test_decode_refuses_what_is_not_one_json_object(block: bytes) -> None:
 
 def test_public_names_are_pinned() -> None:
     assert safetensors.__all__ == [
-        "DATA_ALIGNMENT", "DTYPE_RANK", "EXTENSION", "MAX_HEADER_SIZE", "METADATA_KEY",
+        "DATA_ALIGNMENT", "DTYPE_RANK", "EXTENSION", "FORMAT", "MAX_HEADER_SIZE", "METADATA_KEY",
         "PREFIX_SIZE", "SafetensorsReader", "SafetensorsWriter", "TensorDescriptor",
         "TensorSlice", "write_bytes", "write_file",
     ]  # fmt: skip

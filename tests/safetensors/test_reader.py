@@ -30,7 +30,7 @@ from weightstore.safetensors import SafetensorsReader
 MULTI_LAYER = "safetensors-tests/multi_layer/multi_layer.safetensors"
 MNIST = "import-model-weights/mnist.safetensors"
 
-# Reference section 8.4: header 648 bytes, no metadata.
+# The fixture: header 648 bytes, no metadata.
 MULTI_LAYER_TENSORS = {
     "norm1.num_batches_tracked": ("I64", ()),
     "conv1.bias": ("F32", (4,)),
@@ -43,7 +43,7 @@ MULTI_LAYER_TENSORS = {
     "norm1.weight": ("F32", (4,)),
 }
 
-# Reference section 8.5: header 1520 bytes, no metadata. The reference gives num_batches_tracked
+# The fixture: header 1520 bytes, no metadata. Burn's notes give num_batches_tracked
 # as 3752, but the file (and the safetensors package reading it) holds 7504 in both norms.
 MNIST_TENSORS = {
     "conv1.weight": ("F32", (8, 1, 3, 3)), "conv1.bias": ("F32", (8,)),
@@ -71,7 +71,7 @@ def _check_listing(reader: SafetensorsReader, expected: dict[str, tuple[str, tup
 
 def test_burn_multi_layer(open_reader: Opener) -> None:
     with open_reader(burn_fixture(MULTI_LAYER)) as reader:
-        assert reader.header_size == 648 and reader.metadata == {}
+        assert reader.header_size == 648 and reader.metadata() == {}
         _check_listing(reader, MULTI_LAYER_TENSORS)
         # Data order is the package's: I64 first, then F32 by name.
         assert list(reader.descriptors)[:2] == ["norm1.num_batches_tracked", "conv1.bias"]
@@ -80,7 +80,7 @@ def test_burn_multi_layer(open_reader: Opener) -> None:
 
 def test_burn_mnist(open_reader: Opener) -> None:
     with open_reader(burn_fixture(MNIST)) as reader:
-        assert reader.header_size == 1520 and reader.metadata == {}
+        assert reader.header_size == 1520 and reader.metadata() == {}
         _check_listing(reader, MNIST_TENSORS)
         assert int(reader.get("norm1.num_batches_tracked")) == 7504
         assert int(reader.get("norm2.num_batches_tracked")) == 7504
@@ -118,7 +118,7 @@ def test_every_backend_reads_the_same(open_reader: Opener, tmp_path: Path) -> No
     path = tmp_path / "small.safetensors"
     path.write_bytes(_small())
     with open_reader(path) as reader:
-        assert reader.metadata == {"k": "v"}
+        assert reader.metadata() == {"k": "v"}
         assert reader.get("a").tolist() == [[0, 1, 2], [3, 4, 5]]
         assert reader.get("b").tolist() == [1, -2]
         assert bytes(reader.get_bytes("b")) == struct.pack("<2q", 1, -2)
@@ -285,7 +285,7 @@ def test_metadata_must_map_strings_to_strings(metadata: Any) -> None:
 
 
 def test_null_metadata_reads_as_none_like_the_reference() -> None:
-    assert _open(_craft({"__metadata__": None})).metadata == {}
+    assert _open(_craft({"__metadata__": None})).metadata() == {}
 
 
 def test_descriptor_not_an_object() -> None:

@@ -15,6 +15,8 @@ from weightstore import burnpack
 from weightstore.dtypes import from_name
 from weightstore.entry import TensorEntry
 
+pytestmark = pytest.mark.slow  # writes and maps a 1 GiB file: about 4 s and 1 GiB of disk
+
 pytest.importorskip("torch")
 
 LAYERS, WIDTH = 16, 4096  # 16 x 4096 x 4096 f32 = 1 GiB

@@ -10,6 +10,7 @@ import pytest
 
 from weightstore import (
     BurnpackStore,
+    IdentityAdapter,
     KeyRemapper,
     LoadFailedError,
     PathFilter,
@@ -81,10 +82,33 @@ def test_builders_return_new_stores() -> None:
     assert partial.options.allow_partial and not base.options.allow_partial
     assert base.validate(False).options.validate is False
     assert base.overwrite().options.overwrite is True
-    assert base.with_top_level_key("m").options.top_level_key == "m"
     assert base.auto_extension(False).options.auto_extension is False
     assert base.skip_enum_variants().options.skip_enum_variants is True
     assert base.map_indices_contiguous().options.map_indices_contiguous is True
+
+
+def test_an_option_the_format_cannot_honour_is_refused_at_the_builder() -> None:
+    # Each was accepted and silently ignored before the stores declared their options.
+    refused = [
+        (lambda: BurnpackStore.from_bytes().with_top_level_key("m"), "top_level_key", "burnpack"),
+        (lambda: SafetensorsStore.from_bytes().auto_extension(False), "auto_extension",
+         "safetensors"),
+        (lambda: PytorchStore.from_file("x.pt").overwrite(), "overwrite", "pytorch"),
+        (lambda: PytorchStore.from_file("x.pt").with_metadata("k", "v"), "metadata", "pytorch"),
+        (lambda: PytorchStore.from_file("x.pt").with_to_adapter(IdentityAdapter()), "to_adapter",
+         "pytorch"),
+    ]  # fmt: skip
+    for build, option, format_name in refused:
+        with pytest.raises(InvalidOptionError) as caught:
+            build()
+        assert (caught.value.option, caught.value.format) == (option, format_name)
+    assert PytorchStore.from_file("x.pt").with_top_level_key("m").options.top_level_key == "m"
+
+
+def test_metadata_builder_has_the_with_name_and_keeps_the_old_one() -> None:
+    store = SafetensorsStore.from_bytes()
+    with_name = store.with_metadata("a", "1").options.metadata
+    assert with_name == store.metadata("a", "1").options.metadata and with_name["a"] == "1"
 
 
 def test_invalid_regex_raises_at_the_builder() -> None:

@@ -1,19 +1,20 @@
 """Adapters that transform snapshots between frameworks' conventions, lazily.
 
-`PyTorchToBurnAdapter` / `BurnToPyTorchAdapter` convert layouts, `HalfPrecisionAdapter` and
+`PyTorchToBurnAdapter` / `BurnToPyTorchAdapter` convert between torch's and Burn's parameter
+conventions (Linear weights transposed, norm parameters renamed), `HalfPrecisionAdapter` and
 `FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two.
 """
 
 from __future__ import annotations
 
 from weightstore.adapters._base import Adapter, ChainAdapter, IdentityAdapter
-from weightstore.adapters._layout import BurnToPyTorchAdapter, PyTorchToBurnAdapter
 from weightstore.adapters._module_types import NORMALIZATION_TYPES, burn_module_type
 from weightstore.adapters._precision import (
     DEFAULT_HALF_PRECISION_MODULES,
     FloatCastAdapter,
     HalfPrecisionAdapter,
 )
+from weightstore.adapters._pytorch_burn import BurnToPyTorchAdapter, PyTorchToBurnAdapter
 
 __all__ = [
     "DEFAULT_HALF_PRECISION_MODULES",

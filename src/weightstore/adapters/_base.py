@@ -35,6 +35,7 @@ class IdentityAdapter(Adapter):
     """Leaves every snapshot as it is (the default of every store)."""
 
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        """`snapshot` itself, not a copy."""
         return snapshot
 
     def __repr__(self) -> str:
@@ -42,15 +43,23 @@ class IdentityAdapter(Adapter):
 
 
 class ChainAdapter(Adapter):
-    """`first`, then `second`; alternative names are looked up through both, as in Burn."""
+    """`first`, then `second`; alternative names are looked up through both, as in Burn.
+
+    Attributes:
+        first: the adapter that runs first.
+        second: the adapter that runs on `first`'s output.
+    """
 
     def __init__(self, first: Adapter, second: Adapter) -> None:
         self.first, self.second = first, second
 
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        """`second`'s adaptation of `first`'s."""
         return self.second.adapt(self.first.adapt(snapshot))
 
     def alternative_name(self, name: str, module_type: str | None) -> str | None:
+        """`first`'s alternative, renamed again by `second` if it has one for it; else
+        `second`'s alternative for `name`."""
         via_first = self.first.alternative_name(name, module_type)
         if via_first is None:
             return self.second.alternative_name(name, module_type)

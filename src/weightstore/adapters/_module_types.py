@@ -32,11 +32,14 @@ _TORCH_TO_BURN: Final[dict[str, str]] = {
 }
 # fmt: on
 
-# Layers whose weight/bias Burn calls gamma/beta. Burn leaves InstanceNorm out, which makes an
-# affine InstanceNorm's weights unloadable there; we include it.
 NORMALIZATION_TYPES: Final = frozenset(
     {"BatchNorm", "LayerNorm", "GroupNorm", "RmsNorm", "InstanceNorm"}
 )
+"""Burn's names of the layers whose ``weight``/``bias`` Burn calls ``gamma``/``beta``.
+
+Burn leaves InstanceNorm out, which makes an affine InstanceNorm's weights unloadable there; we
+include it.
+"""
 
 
 def burn_module_type(type_name: str | None) -> str | None:

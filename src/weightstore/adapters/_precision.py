@@ -21,7 +21,6 @@ from weightstore.snapshot import TensorSnapshot
 
 __all__ = ["DEFAULT_HALF_PRECISION_MODULES", "FloatCastAdapter", "HalfPrecisionAdapter"]
 
-# Burn's set. BatchNorm is left out: its running variance underflows in F16.
 DEFAULT_HALF_PRECISION_MODULES: Final = frozenset(
     {
         "Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
@@ -29,11 +28,14 @@ DEFAULT_HALF_PRECISION_MODULES: Final = frozenset(
         "InstanceNorm", "RmsNorm", "PRelu",
     }
 )  # fmt: skip
+"""The module types (Burn's names) `HalfPrecisionAdapter` converts by default: Burn's set.
+BatchNorm is left out because its running variance underflows in F16."""
 
 _F32, _F16 = from_name("F32"), from_name("F16")
 
 
 def _cast(snapshot: TensorSnapshot, target: DType) -> TensorSnapshot:
+    """`snapshot` as `target`, converted when its data is read."""
     load, numpy_dtype = snapshot.load, target.numpy
 
     def cast() -> np.ndarray[Any, Any]:
@@ -44,6 +46,9 @@ def _cast(snapshot: TensorSnapshot, target: DType) -> TensorSnapshot:
 
 class HalfPrecisionAdapter(Adapter):
     """F32 <-> F16 for tensors owned by modules in the set (Burn's default set, BatchNorm out).
+
+    Attributes:
+        modules: the module types converted, by Burn's names (`burn_module_type`).
 
     Example:
         >>> store = BurnpackStore.from_file("half").with_to_adapter(HalfPrecisionAdapter())
@@ -67,6 +72,8 @@ class HalfPrecisionAdapter(Adapter):
         return HalfPrecisionAdapter(self.modules - {name})
 
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        """F32 as F16 and F16 as F32 when the owning module is in `modules`; anything else,
+        including tensors of unknown owner, unchanged."""
         if burn_module_type(snapshot.module_type) not in self.modules:
             return snapshot
         if snapshot.dtype == _F32:
@@ -80,11 +87,20 @@ class HalfPrecisionAdapter(Adapter):
 
 
 def _normalised(module_type: str) -> str:
+    """Burn's name for `module_type`, so torch and Burn spellings land on one set entry."""
     return burn_module_type(module_type) or module_type
 
 
 class FloatCastAdapter(Adapter):
-    """Casts every float tensor to one float dtype (bf16 included); other tensors pass."""
+    """Casts every float tensor to one float dtype (bf16 included); other tensors pass.
+
+    Attributes:
+        target: the float dtype every float tensor becomes.
+
+    Raises:
+        InvalidOptionError: `target` is not a float dtype NumPy can hold; raised when the
+            adapter is built, not when a tensor is read.
+    """
 
     def __init__(self, target: DType) -> None:
         if not target.is_float or target.numpy is None:
@@ -97,6 +113,7 @@ class FloatCastAdapter(Adapter):
         return cls(from_name(target) if isinstance(target, str) else target)
 
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        """A float snapshot of another dtype as `target`, cast when read; others unchanged."""
         if snapshot.dtype.is_float and snapshot.dtype != self.target:
             return _cast(snapshot, self.target)
         return snapshot

@@ -2,7 +2,9 @@
 
 Nested dicts are walked and their keys joined with dots (``{"fc": {"weight": w}}`` is
 ``fc.weight``). Loading writes into the existing arrays in place when they are writable, so
-references the caller holds see the new values; read-only arrays are replaced in the dict.
+references the caller holds see the new values (and one array under two keys stays shared);
+read-only arrays are replaced in the dict. A dict has no migration hooks: spare source tensors
+are left alone.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from weightstore.bridge._model import Target
+from weightstore.bridge._model import (
+    READ_ERRORS,
+    LoadOutcome,
+    LoadPlan,
+    Target,
+    aliases_by_identity,
+)
 from weightstore.dtypes import from_numpy
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot
@@ -23,26 +31,48 @@ _CONTAINER = ("dict",)
 
 
 class NumpyDictBridge:
-    """Reads and writes a (nested) `dict[str, numpy.ndarray]`."""
+    """Reads and writes a (nested) `dict[str, numpy.ndarray]`; a `ModelBridge`."""
 
     def __init__(self, model: Any) -> None:
         self._model = model
         self._slots: dict[str, tuple[MutableMapping[str, Any], str]] = dict(_walk(model, prefix=""))
 
     def targets(self) -> list[Target]:
+        """Every array, in dict order."""
         return [
             Target(path, _CONTAINER, from_numpy(parent[key].dtype), tuple(parent[key].shape))
             for path, (parent, key) in self._slots.items()
         ]
 
+    def aliases(self) -> dict[str, str]:
+        """Later keys holding the very same array object as an earlier key -> that key."""
+        return aliases_by_identity(
+            (path, parent[key])
+            for path, (parent, key) in self._slots.items()
+            if isinstance(parent[key], np.ndarray)  # scalars are values, never ties
+        )
+
     def snapshots(self) -> list[TensorSnapshot]:
+        """Snapshots viewing the arrays (no copy)."""
         return [
             TensorSnapshot.from_array(path, np.asarray(parent[key]), _CONTAINER)
             for path, (parent, key) in self._slots.items()
         ]
 
-    def assign(self, target: Target, array: np.ndarray[Any, Any], param_id: int | None) -> None:
-        parent, key = self._slots[target.path]
+    def load(self, plan: LoadPlan) -> LoadOutcome:
+        """Write each planned array; `plan.spare` is ignored (a dict has no hooks)."""
+        outcome = LoadOutcome()
+        for path, pending in plan.tensors.items():
+            try:
+                self._write(path, pending.read())
+            except READ_ERRORS as err:
+                outcome.errors[path] = str(err)
+            else:
+                outcome.loaded.add(path)
+        return outcome
+
+    def _write(self, path: str, array: np.ndarray[Any, Any]) -> None:
+        parent, key = self._slots[path]
         existing = parent[key]
         if (
             isinstance(existing, np.ndarray)

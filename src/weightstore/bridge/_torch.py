@@ -1,31 +1,69 @@
 """PyTorch modules as models: the only module in weightstore that imports torch.
 
 Targets are the entries of ``model.state_dict()`` (parameters and persistent buffers, in that
-order and under exactly those names). Loading copies into the existing tensors under
-``torch.no_grad`` (no reallocation, ``requires_grad`` kept). Parameters still on the ``meta``
-device are materialised straight from the loaded array: for a mapped file that is a view, so a
-meta-built model costs no second allocation. Tied parameters (one tensor under two names) stay
-tied.
+order and under exactly those names).
+
+Loading runs through torch's own machinery, as ``Module.load_state_dict`` does, so modules'
+load pre-hooks, overridden ``_load_from_state_dict`` methods and post hooks (how torch and model
+libraries migrate old checkpoints: renamed keys, fused tensors, added buffers) all run. We walk
+the modules ourselves, mirroring torch 2.13's ``load_state_dict``, for one reason: it copies its
+input into an ``OrderedDict``, reading every tensor at once. We hand each module a
+`LazyStateDict` instead, whose tensors are read only when torch copies them, so the peak is the
+largest tensor, not the model. Per module, parent first:
+
+1. Tied tensors another name already materialised from ``meta`` are pointed at that tensor.
+2. A module with a direct tensor still on ``meta`` loads with torch's ``assign``: the loaded
+   array (a view of a mapped file) becomes the parameter, with no second allocation. Its
+   re-pointed ties are offered as themselves, so assigning keeps them tied.
+3. Otherwise, tensors whose planned dtype differs (the ``from_record`` policy) are converted
+   first, so torch's ``copy_`` keeps the source dtype.
+4. ``_load_from_state_dict(view, prefix, metadata, strict=True, ...)`` runs, then the children,
+   then the post hooks with the shared missing and unexpected keys, as torch runs them.
+
+Like a plain dict given to ``load_state_dict`` (safetensors' ``load_model``), our files carry
+no torch version metadata: modules see ``version`` None and migrate as from an old checkpoint
+(BatchNorm fills a missing ``num_batches_tracked``). A path torch leaves out of its missing keys
+and its error messages was loaded. Exceptions from a module's own code are reported for that
+module's tensors, never raised. Afterwards tensors move to ``device`` and get their param ids.
+
+A tensor read for ``copy_`` views the source's memory (no copy), which for a bytes-backed store
+is read-only: a hook may replace tensors but must not change one in place (torch's own hooks
+never do). Tensors that become parameters through ``assign`` are copied first if read-only.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import secrets
 import warnings
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
 import torch
+from torch.nn.modules.module import _IncompatibleKeys
 
-from weightstore.bridge._model import Target
+from weightstore.bridge._model import (
+    LoadOutcome,
+    LoadPlan,
+    Target,
+    aliases_by_identity,
+)
+from weightstore.bridge._state_view import LazyStateDict, Ledger, Unread
 from weightstore.dtypes import DType, from_numpy, from_torch
 from weightstore.errors import DTypeError
 from weightstore.snapshot import TensorSnapshot
 
 __all__ = ["TorchBridge", "array_to_torch", "param_id_of", "torch_to_array"]
 
-PARAM_ID_ATTRIBUTE = "_weightstore_param_id"
+PARAM_ID_ATTRIBUTE: Final = "_weightstore_param_id"
+
+# How torch 2.13's _load_from_state_dict names the key in its own error messages.
+_KEY_IN_MESSAGE: Final = (
+    re.compile(r'parameter named "(.+?)"'),
+    re.compile(r"size mismatch for (\S+): "),
+)
 
 
 def param_id_of(tensor: torch.Tensor) -> int:
@@ -71,12 +109,53 @@ def _container(model: torch.nn.Module, owner_path: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _local_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A module's own loadable tensors: parameters, then persistent buffers (torch's order)."""
+    tensors: dict[str, torch.Tensor] = {
+        name: p for name, p in module._parameters.items() if p is not None
+    }
+    for name, buffer in module._buffers.items():
+        if buffer is not None and name not in module._non_persistent_buffers_set:
+            tensors[name] = buffer
+    return tensors
+
+
+def _copy_source(array: np.ndarray[Any, Any]) -> torch.Tensor:
+    """A CPU tensor viewing `array`, for torch's ``copy_`` (which only reads it)."""
+    return array_to_torch(array, from_numpy(array.dtype))
+
+
+def _key_of(message: str, local_keys: list[str], fallback: str) -> str:
+    """The path a torch error message is about: the key torch's own format names, else the
+    longest of the module's keys the message mentions, else `fallback` (the module)."""
+    for pattern in _KEY_IN_MESSAGE:
+        found = pattern.search(message)
+        if found:
+            return found.group(1)
+    mentioned = [key for key in local_keys if key in message]
+    return max(mentioned, key=len) if mentioned else fallback
+
+
+@dataclass(slots=True)
+class _Run:
+    """One load's state across the module walk: torch's three lists, and our findings."""
+
+    plan: LoadPlan
+    ledger: Ledger
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    error_msgs: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # path -> first message about it
+
+
 class TorchBridge:
-    """Reads and writes the parameters and persistent buffers of an `nn.Module`."""
+    """Reads and writes the parameters and persistent buffers of an `nn.Module`; a
+    `ModelBridge` whose loads run the model's own load hooks (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module, device: Any = None) -> None:
         self._model = model
         self._device = None if device is None else torch.device(device)
+        # The tensors as first seen; also keeps replaced meta tensors alive, so ids stay unique.
         self._state = {
             key: value
             for key, value in model.state_dict(keep_vars=True).items()
@@ -84,11 +163,8 @@ class TorchBridge:
         }
         self._replaced: dict[int, torch.Tensor] = {}  # meta tensor id -> its materialisation
 
-    def _owner(self, path: str) -> tuple[torch.nn.Module, str]:
-        owner_path, _, name = path.rpartition(".")
-        return self._model.get_submodule(owner_path), name
-
     def targets(self) -> list[Target]:
+        """Every state_dict tensor, in state_dict order."""
         return [
             Target(
                 key,
@@ -100,17 +176,11 @@ class TorchBridge:
         ]
 
     def aliases(self) -> dict[str, str]:
-        """Later names of tied tensors -> the first name holding the same tensor."""
-        first: dict[int, str] = {}
-        aliases = {}
-        for key, tensor in self._state.items():
-            if id(tensor) in first:
-                aliases[key] = first[id(tensor)]
-            else:
-                first[id(tensor)] = key
-        return aliases
+        """Later state_dict names of one tensor object -> its first name."""
+        return aliases_by_identity(self._state.items())
 
     def snapshots(self) -> list[TensorSnapshot]:
+        """Snapshots viewing the tensors (copied only off the CPU or when not contiguous)."""
         snapshots = []
         for target in self.targets():
             tensor = self._state[target.path]
@@ -126,42 +196,151 @@ class TorchBridge:
             )
         return snapshots
 
-    def assign(self, target: Target, array: np.ndarray[Any, Any], param_id: int | None) -> None:
-        current = self._state[target.path]
-        if current.is_meta:
-            tensor = self._materialise(target, current, array)
-        else:
-            tensor = current
-            dtype = from_numpy(array.dtype)
-            with torch.no_grad():
-                if dtype == target.dtype:
-                    current.copy_(array_to_torch(array, dtype))
-                else:  # the source dtype is kept: the tensor's storage is replaced
-                    current.data = array_to_torch(array, dtype).to(current.device, copy=True)
-            if self._device is not None and current.device != self._device:
-                current.data = current.data.to(self._device)
-        if param_id is not None:
-            setattr(tensor, PARAM_ID_ATTRIBUTE, param_id)
+    def load(self, plan: LoadPlan) -> LoadOutcome:
+        """Load `plan` through the model's ``_load_from_state_dict`` and hooks, module by module.
 
-    def _materialise(
-        self, target: Target, current: torch.Tensor, array: np.ndarray[Any, Any]
-    ) -> torch.Tensor:
-        tensor = self._replaced.get(id(current))
-        if tensor is None:
-            if not array.flags.writeable:
-                array = array.copy()  # torch would otherwise write into immutable memory
-            data = array_to_torch(array, from_numpy(array.dtype))
-            if self._device is not None:
-                data = data.to(self._device)
-            if isinstance(current, torch.nn.Parameter):
-                tensor = torch.nn.Parameter(data, requires_grad=current.requires_grad)
-            else:
-                tensor = data
-            self._replaced[id(current)] = tensor
-        owner, name = self._owner(target.path)
-        if name in owner._parameters:
-            owner._parameters[name] = tensor  # type: ignore[assignment]
+        Planned tensors sit under their model paths and spare source tensors under their
+        source names, all unread until torch or a hook reads them.
+        """
+        ledger = Ledger(plan.blocked)
+        items: dict[str, Any] = {path: Unread(p.read) for path, p in plan.tensors.items()}
+        for name, read in plan.spare.items():
+            items.setdefault(name, Unread(read, spare_name=name))
+        run = _Run(plan, ledger)
+        self._visit(self._model, LazyStateDict(items, ledger, _copy_source), "", run)
+        for module in self._model.modules():
+            self._retie(module)  # a later name materialised while the first stayed on meta
+        errors = {**run.errors, **ledger.failed}  # our read failure says more than torch's
+        missing = set(run.missing_keys)
+        loaded = {
+            key
+            for key in self._state
+            if key not in missing and key not in errors and key not in plan.blocked
+        }
+        self._finish(plan, loaded)
+        return LoadOutcome(loaded, errors, set(ledger.taken))
+
+    def _visit(
+        self, module: torch.nn.Module, parent: LazyStateDict, prefix: str, run: _Run
+    ) -> None:
+        """Load `module`, then its children, then run its post hooks (torch's inner `load`)."""
+        retied = self._retie(module)
+        assign = any(tensor.is_meta for tensor in _local_tensors(module).values())
+        if assign:
+            view = parent.prefixed(prefix, self._assign_source)
+            local = _local_tensors(module)
+            for name in retied:  # assigning the tie's own tensor keeps it tied
+                if f"{prefix}{name}" in view:
+                    view[f"{prefix}{name}"] = local[name]
         else:
-            owner._buffers[name] = tensor
-        self._state[target.path] = tensor
-        return tensor
+            self._keep_source_dtypes(module, prefix, run.plan)
+            view = parent.prefixed(prefix, _copy_source)
+        self._load_module(module, view, prefix, assign, run)
+        for name, child in module._modules.items():
+            if child is not None:
+                self._visit(child, view, f"{prefix}{name}.", run)
+        self._post_hooks(module, prefix, run)
+
+    def _load_module(
+        self, module: torch.nn.Module, view: LazyStateDict, prefix: str, assign: bool, run: _Run
+    ) -> None:
+        """Run the module's ``_load_from_state_dict`` (pre-hooks included) and file what torch
+        reports under the keys it is about."""
+        before = _local_tensors(module)
+        local_keys = [f"{prefix}{name}" for name in before]
+        first_message = len(run.error_msgs)
+        metadata = {"assign_to_params_buffers": True} if assign else {}
+        try:
+            module._load_from_state_dict(
+                view, prefix, metadata, True, run.missing_keys, run.unexpected_keys,
+                run.error_msgs,
+            )  # fmt: skip
+        except Exception as err:  # the model's own code: reported for its tensors, not raised
+            message = f"loading {type(module).__name__} raised {type(err).__name__}: {err}"
+            own = [key for key in local_keys if key not in run.plan.blocked]
+            for key in own or [self._module_path(prefix)]:
+                run.errors.setdefault(key, message)
+        for message in run.error_msgs[first_message:]:
+            key = _key_of(message, local_keys, self._module_path(prefix))
+            run.errors.setdefault(key, message)
+        if assign:
+            self._note_replacements(module, before)
+
+    def _post_hooks(self, module: torch.nn.Module, prefix: str, run: _Run) -> None:
+        """Run the module's load post hooks on the shared lists, which they may edit in place."""
+        incompatible = _IncompatibleKeys(run.missing_keys, run.unexpected_keys)
+        for hook in module._load_state_dict_post_hooks.values():
+            try:
+                returned = hook(module, incompatible)
+            except Exception as err:  # the model's own code, as in _load_module
+                message = f"a load_state_dict post hook raised {type(err).__name__}: {err}"
+                run.errors.setdefault(self._module_path(prefix), message)
+                continue
+            if returned is not None:  # torch raises AssertionError here
+                run.errors.setdefault(
+                    self._module_path(prefix),
+                    "a load_state_dict post hook returned a value; it must edit its argument",
+                )
+
+    def _module_path(self, prefix: str) -> str:
+        """Where a module-level failure is reported: the module's path, or the model's type."""
+        return prefix[:-1] if prefix else type(self._model).__name__
+
+    def _assign_source(self, array: np.ndarray[Any, Any]) -> torch.Tensor:
+        """A tensor torch's ``assign`` makes the parameter: the array itself where possible."""
+        if not array.flags.writeable:
+            array = array.copy()  # the parameter would otherwise write into immutable memory
+        tensor = array_to_torch(array, from_numpy(array.dtype))
+        return tensor if self._device is None else tensor.to(self._device)
+
+    def _keep_source_dtypes(self, module: torch.nn.Module, prefix: str, plan: LoadPlan) -> None:
+        """Convert tensors whose planned dtype differs (``from_record``), so that torch's
+        ``copy_`` keeps the source dtype instead of converting to the model's."""
+        for name, tensor in _local_tensors(module).items():
+            pending = plan.tensors.get(f"{prefix}{name}")
+            if pending is None or pending.dtype.torch is None:
+                continue
+            dtype = getattr(torch, pending.dtype.torch)
+            if tensor.dtype != dtype:
+                with torch.no_grad():
+                    tensor.data = tensor.data.to(dtype)
+
+    def _retie(self, module: torch.nn.Module) -> list[str]:
+        """Point the module's meta tensors that another name already materialised at that
+        tensor, so a tie stays one object; returns the names re-pointed."""
+        retied = []
+        for name, tensor in _local_tensors(module).items():
+            replacement = self._replaced.get(id(tensor))
+            if replacement is not None and tensor.is_meta:
+                setattr(module, name, replacement)
+                retied.append(name)
+        return retied
+
+    def _note_replacements(self, module: torch.nn.Module, before: dict[str, torch.Tensor]) -> None:
+        """Remember which meta tensors torch's ``assign`` replaced, and by what."""
+        after = _local_tensors(module)
+        for name, old in before.items():
+            new = after.get(name)
+            if new is not None and new is not old and old.is_meta and not new.is_meta:
+                self._replaced[id(old)] = new
+
+    def _finish(self, plan: LoadPlan, loaded: set[str]) -> None:
+        """Move loaded tensors to ``device`` and restore the source's param ids on them."""
+        for key in self._state:
+            tensor = self._tensor_at(key) if key in loaded else None
+            if tensor is None:
+                continue
+            if self._device is not None and tensor.device != self._device:
+                with torch.no_grad():
+                    tensor.data = tensor.data.to(self._device)
+            pending = plan.tensors.get(key)
+            if pending is not None and pending.param_id is not None:
+                setattr(tensor, PARAM_ID_ATTRIBUTE, pending.param_id)
+
+    def _tensor_at(self, path: str) -> torch.Tensor | None:
+        """The tensor a state_dict path names now (loading may have replaced the object)."""
+        owner_path, _, name = path.rpartition(".")
+        owner = self._model.get_submodule(owner_path)
+        if name in owner._parameters:
+            return owner._parameters[name]
+        return owner._buffers.get(name)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from weightstore.burnpack._format import FORMAT
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
+    MAGIC_BYTES,
     MAX_CBOR_DEPTH,
     MAX_FILE_SIZE,
     MAX_METADATA_SIZE,
@@ -31,9 +33,11 @@ from weightstore.entry import TensorEntry
 
 __all__ = [
     "EXTENSION",
+    "FORMAT",
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
+    "MAGIC_BYTES",
     "MAX_CBOR_DEPTH",
     "MAX_FILE_SIZE",
     "MAX_METADATA_SIZE",

@@ -32,13 +32,14 @@ from weightstore.dtypes import DType
 HEADER: Final = struct.Struct("<IHI")  # magic, version, metadata_size
 HEADER_SIZE: Final = HEADER.size  # 10 bytes
 MAGIC: Final = 0x4255524E  # "BURN" as a u32; "NRUB" as bytes
+MAGIC_BYTES: Final = MAGIC.to_bytes(4, "little")  # how a file starts: b"NRUB"
 FORMAT_VERSION: Final = 1  # newest version this reader accepts (Burn accepts 0 too)
 TENSOR_ALIGNMENT: Final = 256  # bytes; keeps mmap views of every dtype aligned
-EXTENSION: Final = "bpk"
+EXTENSION: Final = "bpk"  # what Burn appends to a path without an extension
 
 # Checked before anything is allocated. Values are Burn's; changing one is a format decision.
 MAX_METADATA_SIZE: Final = 100 * 2**20  # bytes of CBOR
-MAX_TENSOR_COUNT: Final = 100_000
+MAX_TENSOR_COUNT: Final = 100_000  # descriptors in one file
 MAX_TENSOR_SIZE: Final = 10 * 2**30  # bytes in one tensor
 MAX_CBOR_DEPTH: Final = 128  # nesting levels
 MAX_FILE_SIZE: Final = 100 * 2**30  # bytes; file loader only
@@ -107,6 +108,7 @@ class TensorDescriptor:
 
     @property
     def nbytes(self) -> int:
+        """Bytes the tensor spans in the data section."""
         return self.data_offsets[1] - self.data_offsets[0]
 
 

@@ -16,7 +16,9 @@ import cbor2
 import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
+from weightstore._format import path_for_read
 from weightstore._reader_base import ContainerReader
+from weightstore._slice import TensorSlice
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -70,7 +72,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         self.version, metadata_size = self._read_header(max_metadata_size)
         self.data_start = data_start(metadata_size)
         top = self._read_metadata(metadata_size)
-        self.metadata: dict[str, str] = _parse_string_map(top.get("metadata"), self.path)
+        self._metadata: dict[str, str] = _parse_string_map(top.get("metadata"), self.path)
         self.scalars: dict[str, Scalar] = _parse_scalars(top.get("scalars"), self.path)
         self.descriptors: dict[str, TensorDescriptor] = _parse_descriptors(
             top, self.path, max_tensor_count, max_tensor_size
@@ -96,9 +98,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             max_file_size: refuse larger files before mapping them.
             limits: ``max_metadata_size``, ``max_tensor_count``, ``max_tensor_size``.
         """
-        filename = os.fspath(path)
-        if not os.path.splitext(filename)[1] and not os.path.exists(filename):
-            filename = f"{filename}.{EXTENSION}"
+        filename = path_for_read(path, EXTENSION)
         size = os.stat(filename).st_size
         if size > max_file_size:
             raise LimitExceeded("file size", size, max_file_size, path=filename)
@@ -192,6 +192,17 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             words: np.ndarray[Any, Any] = np.not_equal(array, 0)
             return words
         return array
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
+
+        Bools stored as u8/u32 words come back as the stored words, not as ``bool``.
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+            DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
+        """
+        return TensorSlice(self._source, self.data_start, self.descriptor(name))
 
 
 def _parse_string_map(value: object, path: str | None) -> dict[str, str]:

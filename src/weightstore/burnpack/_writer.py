@@ -9,10 +9,10 @@ entry's bytes are requested, written and dropped in turn.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import BinaryIO
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from weightstore._atomic import with_default_extension, write_all, write_atomic
+from weightstore._format import path_for_write
+from weightstore._writer_base import ContainerWriter
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -34,7 +34,7 @@ __all__ = ["BurnpackWriter"]
 _ZEROS = bytes(256)  # padding source; no gap is ever 256 bytes or longer
 
 
-class BurnpackWriter:
+class BurnpackWriter(ContainerWriter):
     """A planned burnpack container, ready to be written to bytes or a file.
 
     Args:
@@ -71,38 +71,15 @@ class BurnpackWriter:
         prefix = header + self._metadata_block
         return prefix + bytes(self.data_start - len(prefix))
 
-    def write_to(self, file: BinaryIO) -> None:
-        """Stream the container to an open binary file, one tensor at a time."""
-        file.write(self._prefix())
+    def _pieces(self) -> Iterator[bytes | memoryview]:
+        yield self._prefix()
         position = 0
-        for entry, descriptor in zip(self.entries, self.descriptors, strict=False):
-            start, _ = descriptor.data_offsets
-            file.write(_ZEROS[: start - position])
-            data = entry.read()
-            write_all(file, data)
-            position = start + data.nbytes
-            del data  # drop the producer's buffer before asking for the next
-
-    def write_into(self, buffer: bytearray | memoryview) -> None:
-        """Fill a caller-provided buffer of at least `size` bytes (padding is zeroed)."""
-        view = memoryview(buffer).cast("B")
-        if view.nbytes < self.size:
-            raise EntryError(f"buffer is {view.nbytes:,} bytes, the container needs {self.size:,}")
-        prefix = self._prefix()
-        view[: len(prefix)] = prefix
-        position = len(prefix)
-        for entry, descriptor in zip(self.entries, self.descriptors, strict=False):
-            start = self.data_start + descriptor.data_offsets[0]
-            view[position:start] = bytes(start - position)
-            data = entry.read()
-            view[start : start + data.nbytes] = data
-            position = start + data.nbytes
-
-    def to_bytes(self) -> bytes:
-        """The whole container in memory."""
-        buffer = bytearray(self.size)
-        self.write_into(buffer)
-        return bytes(buffer)
+        for entry, descriptor in zip(self.entries, self.descriptors, strict=True):
+            start, end = descriptor.data_offsets
+            if start > position:
+                yield _ZEROS[: start - position]
+            yield entry.read()  # no local name, so this frame drops it before the next read
+            position = end
 
     def save(
         self,
@@ -111,7 +88,7 @@ class BurnpackWriter:
         overwrite: bool = False,
         auto_extension: bool = True,
     ) -> str:
-        """Write atomically to `path` (``.bpk`` appended when it has no extension).
+        """Write atomically to `path` (``.bpk`` appended when it has no extension, as Burn does).
 
         Returns:
             The path written.
@@ -119,8 +96,8 @@ class BurnpackWriter:
         Raises:
             DestinationExistsError: the file exists and `overwrite` is false.
         """
-        target = with_default_extension(path, EXTENSION) if auto_extension else os.fspath(path)
-        return write_atomic(target, self.write_to, overwrite=overwrite)
+        target = path_for_write(path, EXTENSION) if auto_extension else os.fspath(path)
+        return super().save(target, overwrite=overwrite)
 
 
 def _string_map(metadata: Mapping[str, str]) -> dict[str, str]:

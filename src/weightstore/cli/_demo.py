@@ -20,7 +20,8 @@ from weightstore.entry import TensorEntry
 
 __all__ = ["EXAMPLE_METADATA", "EXAMPLE_NAME", "example_entries", "example_path", "run_demo"]
 
-EXAMPLE_NAME = "tiny_cnn.bpk"
+EXAMPLE_NAME = "tiny_cnn.bpk"  # the bundled example, in weightstore/examples/
+# The metadata the example was written with; the demo checks the rewrite keeps it.
 EXAMPLE_METADATA = {"format": "burnpack", "producer": "weightstore", "model": "tiny_cnn"}
 EXAMPLE_SCALARS = {"epoch": Scalar("UInt", 3), "learning_rate": Scalar("Float", 0.001)}
 
@@ -71,7 +72,7 @@ def run_demo(workdir: str | None = None) -> list[str]:
             TensorEntry(d.name, d.dtype, d.shape, pack.get_bytes(d.name), d.param_id)
             for d in ordered
         ]
-        writer = BurnpackWriter(entries, pack.metadata, pack.scalars)
+        writer = BurnpackWriter(entries, pack.metadata(), pack.scalars)
         with tempfile.TemporaryDirectory(dir=workdir) as scratch:
             rewritten = writer.save(os.path.join(scratch, "rewritten"))
             with open(source, "rb") as a, open(rewritten, "rb") as b:

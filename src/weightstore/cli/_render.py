@@ -17,6 +17,7 @@ def _dtype_name(row_dtype: Any) -> str:
 
 
 def render_json(report: FileReport) -> str:
+    """The report as one JSON object, dtypes in SafeTensors spelling (what ``--json`` prints)."""
     document = {
         "format": report.format,
         "version": report.version,
@@ -55,6 +56,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[
 
 
 def render_text(report: FileReport) -> str:
+    """The report as a person reads it: format, metadata, a table of tensors, totals."""
     version = f" (version {report.version})" if report.version else ""
     lines = [
         f"file:     {report.path} ({report.file_size:,} bytes)",

@@ -1,7 +1,8 @@
 """What `weightstore inspect` shows about a file, independent of how it is printed.
 
-Each container format contributes one summarizer to `SUMMARIZERS`; the CLI detects the format
-and calls it. A new format is one function and one table row.
+Each format of the registry (`weightstore.formats.FORMATS`) has one summarizer in
+`SUMMARIZERS`, keyed by the format's name and checked against the registry at import; the CLI
+detects the format through the registry and calls it. A new format is one function and one row.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weightstore.burnpack import BurnpackReader
-from weightstore.detect import Format, detect_format
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
-    UnsupportedFormatError,
     UnsupportedObjectError,
 )
+from weightstore.formats import FORMATS, detect_format
 from weightstore.pytorch_reader import PytorchReader
 from weightstore.safetensors import SafetensorsReader
 
@@ -29,6 +29,8 @@ __all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
 
 @dataclass(frozen=True, slots=True)
 class TensorRow:
+    """One tensor as `inspect` lists it; read from the header, no tensor data."""
+
     name: str
     dtype: DType
     shape: tuple[int, ...]
@@ -37,13 +39,16 @@ class TensorRow:
 
     @property
     def numel(self) -> int:
+        """Elements in the tensor."""
         return math.prod(self.shape)
 
 
 @dataclass(slots=True)
 class FileReport:
+    """What `inspect` shows about one file, independent of how it is printed."""
+
     path: str
-    format: Format
+    format: str  # the registry's name of the format
     file_size: int
     version: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
@@ -54,10 +59,12 @@ class FileReport:
 
     @property
     def total_nbytes(self) -> int:
+        """Bytes of every listed tensor."""
         return sum(row.nbytes for row in self.tensors)
 
     @property
     def total_numel(self) -> int:
+        """Elements of every listed tensor."""
         return sum(row.numel for row in self.tensors)
 
 
@@ -72,7 +79,7 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
             format="burnpack",
             file_size=os.path.getsize(path),
             version=str(pack.version),
-            metadata=dict(pack.metadata),
+            metadata=dict(pack.metadata()),
             scalars={key: scalar.value for key, scalar in pack.scalars.items()},
             tensors=rows,
         )
@@ -88,7 +95,7 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
             path=path,
             format="safetensors",
             file_size=os.path.getsize(path),
-            metadata=dict(st.metadata),
+            metadata=dict(st.metadata()),
             tensors=rows,
         )
 
@@ -99,7 +106,7 @@ def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
         rows, broken = [], {}
         for name in reader:
             try:
-                tensor = reader.get(name)
+                tensor = reader.tensor(name)
                 rows.append(TensorRow(name, tensor.dtype, tensor.shape, tensor.nbytes))
             except (DTypeError, UnsupportedObjectError, DescriptorError) as err:
                 broken[name] = f"unreadable tensor: {err.detail}"  # listed, not fatal
@@ -115,19 +122,18 @@ def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
 
 
 Summarizer = Callable[[str, dict[str, Any]], FileReport]
-SUMMARIZERS: dict[Format, Summarizer] = {
+# One summarizer per registered format, by the format's name; checked below at import.
+SUMMARIZERS: dict[str, Summarizer] = {
     "burnpack": _summarize_burnpack,
     "safetensors": _summarize_safetensors,
     "pytorch": _summarize_pytorch,
 }
 
 
+assert set(SUMMARIZERS) == {fmt.name for fmt in FORMATS}, "one summarizer per format"
+
+
 def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     """Detect the format of `path` and describe its contents without reading tensor data."""
     filename = os.fspath(path)
-    file_format = detect_format(filename)
-    summarizer = SUMMARIZERS.get(file_format)
-    if summarizer is None:
-        raise UnsupportedFormatError(f"inspecting {file_format} files is not supported yet",
-                                     path=filename)  # fmt: skip
-    return summarizer(filename, options)
+    return SUMMARIZERS[detect_format(filename).name](filename, options)

@@ -3,7 +3,7 @@
 **Contiguous indices.** PyTorch numbers the children of an `nn.Sequential` by position, and
 parameter-free children (ReLU, Dropout) leave gaps: ``fc.0``, ``fc.2``, ``fc.4``. A model that
 keeps only the layers with weights numbers them ``fc.0``, ``fc.1``, ``fc.2``.
-`map_indices_contiguous` closes the gaps, as Burn's function of that name does (reference 6.3):
+`map_indices_contiguous` closes the gaps with the rules of Burn's function of that name:
 
 1. A path segment is an index when it reads as an unsigned integer the way Rust's
    `usize::from_str` does: ASCII digits with an optional leading ``+``, below 2**64; so ``007``
@@ -33,7 +33,9 @@ from weightstore.paths._regex import compile_pattern
 MAX_INDEX: Final = 2**64 - 1  # Burn parses indices as usize; larger numbers are plain names
 _INDEX: Final = re.compile(r"\+?[0-9]+")  # ASCII only: str.isdigit would accept "٣" and "²"
 
-ENUM_CONTAINER_PREFIX: Final = "Enum:"  # how Burn marks an enum level in the container stack
+ENUM_CONTAINER_PREFIX: Final = "Enum:"
+"""How Burn marks an enum level in a container path (``Enum:Activation``); a missing tensor
+under one gets the summary's enum advice."""
 
 
 def parse_index(segment: str) -> int | None:
@@ -94,7 +96,7 @@ def _map_indices(paths: Iterable[str], keep: re.Pattern[str] | None) -> dict[str
 
 
 def map_indices_contiguous(paths: Iterable[str]) -> dict[str, str]:
-    """Renumber every list of indices to 0, 1, 2, ... (reference section 6.3).
+    """Renumber every list of indices to 0, 1, 2, ..., by the rules in the module docstring.
 
     Example:
         >>> mapping = map_indices_contiguous(["fc.0.weight", "fc.2.weight", "fc.4.bias"])

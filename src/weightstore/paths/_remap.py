@@ -26,11 +26,13 @@ from weightstore.paths._regex import Replacement, compile_pattern, parse_replace
 
 @dataclass(frozen=True, slots=True)
 class RemapRule:
-    """One compiled rule; built by `KeyRemapper.add_pattern`, which validates both halves.
+    """One compiled rule; built by `KeyRemapper.with_rule`, which validates both halves.
 
     Attributes:
         pattern: the pattern as the user wrote it.
         replacement: the replacement as the user wrote it.
+        regex: `pattern` compiled (translated from Rust syntax where needed).
+        parts: `replacement` parsed into literal text and checked group references.
     """
 
     pattern: str
@@ -57,13 +59,13 @@ class RemapRule:
 
 @dataclass(frozen=True, slots=True)
 class KeyRemapper:
-    """An ordered, immutable chain of renaming rules; `add_pattern` returns a new remapper.
+    """An ordered, immutable chain of renaming rules; `with_rule` returns a new remapper.
 
     Example:
         >>> remapper = (
         ...     KeyRemapper()
-        ...     .add_pattern(r"^conv_blocks\\.0\\.(.*)", "conv1.$1")
-        ...     .add_pattern(r"\\.gamma$", r".weight")
+        ...     .with_rule(r"^conv_blocks\\.0\\.(.*)", "conv1.$1")
+        ...     .with_rule(r"\\.gamma$", r".weight")
         ... )
         >>> remapper.remap("conv_blocks.0.norm.gamma")
         'conv1.norm.weight'
@@ -83,7 +85,7 @@ class KeyRemapper:
         """
         return cls(tuple(RemapRule.compile(pattern, repl) for pattern, repl in pairs))
 
-    def add_pattern(self, pattern: str, replacement: str) -> KeyRemapper:
+    def with_rule(self, pattern: str, replacement: str) -> KeyRemapper:
         """A remapper with one more rule, run after the existing ones.
 
         `replacement` may use Rust references (``$1``, ``${1}``, ``$name``, ``${name}``, ``$$``
@@ -96,6 +98,11 @@ class KeyRemapper:
                 nothing: ``$1_x`` names a group "1_x"; write ``${1}_x``).
         """
         return KeyRemapper((*self.rules, RemapRule.compile(pattern, replacement)))
+
+    def add_pattern(self, pattern: str, replacement: str) -> KeyRemapper:
+        """Alias of `with_rule` under Burn's name (``KeyRemapper::add_pattern``), so code ported
+        from Rust reads the same; it validates and returns exactly what `with_rule` does."""
+        return self.with_rule(pattern, replacement)
 
     @property
     def is_empty(self) -> bool:

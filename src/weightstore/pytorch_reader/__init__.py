@@ -9,16 +9,20 @@ So whole-module saves read, hostile pickles do nothing, and resource limits stop
 try to exhaust memory or time.
 
     >>> from weightstore.pytorch_reader import PytorchReader
-    >>> with PytorchReader("checkpoint.pt", top_level_key="model") as ckpt:  # doctest: +SKIP
-    ...     ckpt.keys()                            # ['fc1.weight', 'fc1.bias', ...]
-    ...     ckpt.get("fc1.weight").to_numpy()      # a view of the mapped file
-    ...     ckpt.load_object("config")             # plain Python values
+    >>> reader = PytorchReader.from_file("checkpoint.pt", top_level_key="model")  # doctest: +SKIP
+    >>> with reader as ckpt:  # doctest: +SKIP
+    ...     ckpt.names()                        # ['fc1.weight', 'fc1.bias', ...]
+    ...     ckpt.get("fc1.weight")              # a NumPy view of the mapped file
+    ...     ckpt.tensor("fc1.weight").shape     # dtype, shape and size; nothing read
+    ...     ckpt.load_object("config")          # plain Python values
 
-This package imports nothing from weightstore but `dtypes` and `errors`, and never torch.
+The reader and its parts import nothing from weightstore but `dtypes`, `errors` and
+`_bytesource` (the mapped file), and never torch.
 """
 
 from __future__ import annotations
 
+from weightstore.pytorch_reader._format import FORMAT
 from weightstore.pytorch_reader._layout import (
     DEFAULT_LIMITS,
     MAX_CONTAINER_SIZE,
@@ -34,10 +38,11 @@ from weightstore.pytorch_reader._layout import (
 from weightstore.pytorch_reader._objects import GlobalRef, InertObject, TorchDevice, TorchDType
 from weightstore.pytorch_reader._opcodes import OPCODES, Opcode, iter_ops
 from weightstore.pytorch_reader._reader import PytorchMetadata, PytorchReader
-from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
+from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "FORMAT",
     "MAX_CONTAINER_SIZE",
     "MAX_DEPTH",
     "MAX_INFLATED_SIZE",
@@ -54,6 +59,7 @@ __all__ = [
     "Opcode",
     "PytorchMetadata",
     "PytorchReader",
+    "TensorSlice",
     "TorchDType",
     "TorchDevice",
     "UnreadableTensor",

@@ -1,19 +1,22 @@
 """Opening a checkpoint: map the file, tell its layout from its bytes, read its pickle.
 
-`open_archive` is the one entry point. It maps the file (`_mapped`), detects the layout (zip,
-tar, legacy, or a plain pickle), refuses anything else by name (TorchScript and torch.package in
-`_zip`; gzip, 7z, SafeTensors, ... here), and hands over to the layout's loader (`_zip`,
-`_legacy`), which runs the pickle through the symbolic machine. No tensor bytes are read.
+`open_archive` is the one entry point. It maps the file (a `weightstore._bytesource.MmapSource`),
+detects the layout (zip, tar, legacy, or a plain pickle), refuses anything else
+(TorchScript and torch.package in `_zip`; here, by name, the foreign formats people mistake for
+checkpoints, and by its first bytes everything else), and hands over to the layout's loader
+(`_zip`, `_legacy`), which runs the pickle through the symbolic machine. No tensor bytes are read.
+
+This reader names no other weightstore format: a burnpack or SafeTensors file is refused like
+any other non-checkpoint, by its first bytes; the format registry names them when a store or the
+CLI opens a file.
 """
 
 from __future__ import annotations
 
-import struct
-
+from weightstore._bytesource import MmapSource
 from weightstore.errors import UnsupportedFormatError, WeightstoreError
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
-    PICKLE_PROTO,
     TAR_MAGIC,
     TAR_MAGIC_OFFSET,
     ZIP_EMPTY_MAGIC,
@@ -21,14 +24,17 @@ from weightstore.pytorch_reader._layout import (
     Limits,
 )
 from weightstore.pytorch_reader._legacy import load_legacy, load_tar
+from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
-from weightstore.pytorch_reader._mapped import ArchiveInfo, Loaded, MappedFile
 from weightstore.pytorch_reader._objects import PersistentRef
 from weightstore.pytorch_reader._zip import load_zip
 
 __all__ = ["open_archive"]
 
-# Files people hand a .pt reader by mistake, and what to tell them.
+_HEAD_SIZE = 512  # bytes read to tell the layout: one tar header block
+_SHOWN_SIZE = 8  # bytes of the file an "is not a checkpoint" message shows
+
+# Foreign files people hand a .pt reader by mistake, and what to tell them.
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "a gzip-compressed file; decompress it first"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive, which torch never writes (malware has hidden in them)"),
@@ -38,7 +44,6 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\x93NUMPY", "a NumPy .npy file"),
     (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras or h5py)"),
     (b"GGUF", "a GGUF file"),
-    (b"NRUB", "a burnpack file; read it with weightstore.burnpack"),
 )
 
 
@@ -46,54 +51,65 @@ def open_archive(path: str, limits: Limits) -> Loaded:
     """Map `path`, detect its layout and decode its pickle; tensors stay unread.
 
     Raises:
-        UnsupportedFormatError: not a PyTorch checkpoint; the message says what it is.
+        UnsupportedFormatError: not a PyTorch checkpoint; the message says what it is, or
+            shows its first bytes.
         FormatError: a checkpoint whose bytes break its layout (a subclass says how).
     """
-    mapped = MappedFile(path)
+    source = MmapSource(path)
     try:
-        loaded = _open_layout(mapped, limits)
+        loaded = _open_layout(source, limits)
     except BaseException:
-        mapped.close()
+        source.close()
         raise
-    loaded.closers.insert(0, mapped.close)
+    loaded.closers.insert(0, source.close)  # runs last, after the layout has let go of it
     return loaded
 
 
-def _open_layout(mapped: MappedFile, limits: Limits) -> Loaded:
-    head = bytes(mapped.data[:512])
+def _open_layout(source: MmapSource, limits: Limits) -> Loaded:
+    head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
     if head[:4] == ZIP_MAGIC:
-        return load_zip(mapped, limits)
+        return load_zip(source, limits)
     if head[:4] == ZIP_EMPTY_MAGIC:
         raise UnsupportedFormatError(
-            "an empty zip archive, not a PyTorch checkpoint", path=mapped.path
+            "an empty zip archive, not a PyTorch checkpoint", path=source.name
         )
-    if len(head) >= 512 and head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 5] == TAR_MAGIC:
-        return load_tar(mapped, limits)
-    first, end, protocol = _first_pickle(mapped, head, limits)
+    if len(head) >= _HEAD_SIZE and head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 5] == TAR_MAGIC:
+        return load_tar(source, limits)
+    what = _what_it_is(head, source.size)
+    if what is not None:
+        raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=source.name)
+    first, end, protocol = _first_pickle(source, head, limits)
     if type(first) is int and first == MAGIC_NUMBER:
-        return load_legacy(mapped, end, limits)
+        return load_legacy(source, end, limits)
+    if end != source.size:  # pickle.dump writes one pickle and nothing after it
+        raise _not_a_checkpoint(
+            source, head, f"a pickle of {end:,} bytes is followed by {source.size - end:,} more"
+        )
     return Loaded(first, ArchiveInfo("pickle", pickle_protocol=protocol))
 
 
-def _first_pickle(mapped: MappedFile, head: bytes, limits: Limits) -> tuple[object, int, int]:
-    """The first pickle of a legacy file, or the whole of a plain pickle file."""
-    if head[:1] == bytes([PICKLE_PROTO]):  # certainly a pickle: its own errors are the answer
+def _first_pickle(source: MmapSource, head: bytes, limits: Limits) -> tuple[object, int, int]:
+    """The first pickle of a legacy file, or the whole of a plain pickle file.
+
+    No signature tells a pickle from other bytes (protocol 0 has none, and a little-endian length
+    field can begin ``80 02`` as a protocol 2 pickle does), so a file whose first pickle fails is
+    refused as no checkpoint, with the machine's error chained as the cause.
+    """
+    try:
         return run_pickle(
-            mapped.data, path=mapped.path, limits=limits, persistent_load=PersistentRef
-        )
-    what = _what_it_is(head, mapped.size)
-    if what is not None:
-        raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=mapped.path)
-    try:  # protocol 0 and 1 pickles have no signature: try one
-        return run_pickle(
-            mapped.data, path=mapped.path, limits=limits, persistent_load=PersistentRef
+            source.mapping, path=source.name, limits=limits, persistent_load=PersistentRef
         )
     except WeightstoreError as err:
-        raise UnsupportedFormatError(
-            f"not a zip, tar or pickle file that torch.save writes (it starts with "
-            f"{head[:8].hex(' ')}); read as a pickle: {err.detail}",
-            path=mapped.path,
-        ) from err
+        raise _not_a_checkpoint(source, head, f"read as a pickle, {err.detail}") from err
+
+
+def _not_a_checkpoint(source: MmapSource, head: bytes, why: str) -> UnsupportedFormatError:
+    shown = head[:_SHOWN_SIZE].hex(" ")
+    return UnsupportedFormatError(
+        f"not a PyTorch checkpoint: not a zip, tar or pickle file that torch.save writes "
+        f"(it starts with {shown}); {why}",
+        path=source.name,
+    )
 
 
 def _what_it_is(head: bytes, size: int) -> str | None:
@@ -102,8 +118,4 @@ def _what_it_is(head: bytes, size: int) -> str | None:
     for magic, what in _SIGNATURES:
         if head.startswith(magic):
             return what
-    if len(head) >= 9 and head[8:9] == b"{":
-        (header_size,) = struct.unpack("<Q", head[:8])
-        if 8 + header_size <= size:
-            return "a SafeTensors file; read it with weightstore.safetensors"
     return None

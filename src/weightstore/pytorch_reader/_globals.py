@@ -22,9 +22,9 @@ from typing import Any, Final
 
 import numpy as np
 
+from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader import _rebuild
 from weightstore.pytorch_reader._objects import (
-    STORAGE_DTYPES,
     TORCH_DTYPES,
     Context,
     GlobalRef,
@@ -69,6 +69,7 @@ class StandIn:
 
     @property
     def ref(self) -> GlobalRef:
+        """The global this stands in for, as an inert reference."""
         return GlobalRef(self.module, self.name)
 
     def __repr__(self) -> str:
@@ -79,8 +80,9 @@ def resolve_global(module: str, name: str) -> object:
     """What the machine pushes for GLOBAL / STACK_GLOBAL ``module name``."""
     module = _MODULE_ALIASES.get(module, module)
     module, name = _NAME_ALIASES.get((module, name), (module, name))
-    if name in STORAGE_DTYPES or (module.startswith("torch") and name.endswith("Storage")):
-        return StorageClass(name, STORAGE_DTYPES.get(name))  # torch.load ignores the module too
+    # torch's own loader takes a storage class by its name, whatever module the file gives it.
+    if name in TORCH_STORAGE_CLASSES or (module.startswith("torch") and name.endswith("Storage")):
+        return StorageClass(name, TORCH_STORAGE_CLASSES.get(name))
     if module == "torch" and name in TORCH_DTYPES:
         return TorchDType(TORCH_DTYPES[name][0])
     return STANDINS.get((module, name)) or GlobalRef(module, name)

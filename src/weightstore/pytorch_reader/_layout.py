@@ -86,23 +86,35 @@ TAR_TENSOR_NDIM: Final = struct.Struct("<i4x")  # ndim, then 4 bytes once part o
 # -- limits ------------------------------------------------------------------------------------
 # Defaults sit far above anything torch writes for real models and far below what would exhaust
 # a machine. A caller raises one with a keyword argument only for files it trusts.
-MAX_PICKLE_SIZE: Final = 2**30  # bytes in one pickle stream; whole-model pickles are a few MB
-MAX_MEMO_SIZE: Final = 2**22  # memo entries; a 100k-tensor state dict uses ~1.5 million
-MAX_STACK_SIZE: Final = 2**24  # items on the pickle stack, all open marks together
-MAX_CONTAINER_SIZE: Final = 2**24  # items in one list, tuple, dict or set
-MAX_DEPTH: Final = 256  # open marks; nesting of tuple keys (CPython hashes them recursively
-#   in C and crashes past ~100k levels); nesting walked when naming tensors
-MAX_NODES: Final = 2**24  # opcodes run plus key elements hashed, per pickle (~1 million a
-#   second, so about 15 s at worst: a 40 MB pickle); and values visited while naming tensors,
-#   where shared references can multiply paths exponentially
-MAX_STORAGE_COUNT: Final = 2**20  # storages or tensors listed by a legacy or tar file
-MAX_INFLATED_SIZE: Final = 2**32  # bytes one compressed zip entry may inflate to; torch never
-#   compresses, so only hand-made archives reach this
-MAX_NDIM: Final = 64  # dimensions of one tensor; torch itself stops at 64
-MAX_HASH_SHARERS: Final = 64  # distinct non-string keys with one hash value (ints k * (2**61 - 1)
-#   all hash alike and would make dict inserts quadratic)
-MAX_DIGITS: Final = 4300  # decimal digits in a text-form integer; CPython's own default cap
-MAX_LINE_SIZE: Final = 2**16  # bytes in one text-form argument line of a number or name
+MAX_PICKLE_SIZE: Final = 2**30
+"""Bytes in one pickle stream; whole-model pickles are a few MB."""
+MAX_MEMO_SIZE: Final = 2**22
+"""Memo entries; a 100k-tensor state dict uses about 1.5 million."""
+MAX_STACK_SIZE: Final = 2**24
+"""Items on the pickle stack, all open marks together."""
+MAX_CONTAINER_SIZE: Final = 2**24
+"""Items in one list, tuple, dict or set."""
+MAX_DEPTH: Final = 256
+"""Open marks; nesting of tuple keys (CPython hashes them recursively in C and crashes past
+about 100k levels); nesting walked when naming tensors."""
+MAX_NODES: Final = 2**24
+"""Opcodes run plus key elements hashed, per pickle (about a million a second, so some 15 s at
+worst: a 40 MB pickle); and values visited while naming tensors, where shared references can
+multiply paths exponentially."""
+MAX_STORAGE_COUNT: Final = 2**20
+"""Storages or tensors listed by a legacy or tar file."""
+MAX_INFLATED_SIZE: Final = 2**32
+"""Bytes one compressed zip entry may inflate to; torch never compresses, so only hand-made
+archives reach this."""
+MAX_NDIM: Final = 64
+"""Dimensions of one tensor; torch itself stops at 64."""
+MAX_HASH_SHARERS: Final = 64
+"""Distinct non-string keys with one hash value (ints ``k * (2**61 - 1)`` all hash alike and
+would make dict inserts quadratic)."""
+MAX_DIGITS: Final = 4300
+"""Decimal digits in a text-form integer; CPython's own default cap."""
+MAX_LINE_SIZE: Final = 2**16
+"""Bytes in one text-form argument line of a number or name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +142,4 @@ class Limits:
 
 
 DEFAULT_LIMITS: Final = Limits()
+"""Every limit at its default, the constant of its name."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 import tarfile
 
+from weightstore._bytesource import MmapSource
+from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.errors import (
     ArchiveError,
     DescriptorError,
@@ -36,34 +38,41 @@ from weightstore.pytorch_reader._layout import (
     TAR_TENSOR_NDIM,
     Limits,
 )
+from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
-from weightstore.pytorch_reader._mapped import ArchiveInfo, Loaded, MappedFile
-from weightstore.pytorch_reader._objects import STORAGE_DTYPES, Malformed, StorageClass, take
+from weightstore.pytorch_reader._objects import Malformed, StorageClass, take
 from weightstore.pytorch_reader._rebuild import storage_class_of, storage_from_pid
-from weightstore.pytorch_reader._tensors import LazyTensor, StorageRef, UnreadableTensor
+from weightstore.pytorch_reader._tensors import (
+    LazyTensor,
+    StorageRef,
+    StorageSource,
+    UnreadableTensor,
+)
 
 __all__ = ["CountedStorages", "load_legacy", "load_tar"]
 
 _TAR_ERRORS = (tarfile.TarError, OSError, EOFError, ValueError, UnicodeError, struct.error)
 
 
-class CountedStorages:
+class CountedStorages(StorageSource):
     """Count-prefixed storage blobs at known offsets of the mapped file."""
 
-    def __init__(self, mapped: MappedFile, big_endian_counts: bool) -> None:
-        self._mapped = mapped
+    def __init__(self, source: MmapSource, big_endian_counts: bool) -> None:
+        self._source = source
         self._big_endian_counts = big_endian_counts
         self._places: dict[str, tuple[int, int, int]] = {}  # key -> (count offset, numel, size)
 
     @property
     def path(self) -> str | None:
-        return self._mapped.path
+        return self._source.name
 
     @property
     def byte_order(self) -> str:
         return "little"  # torch converts storage bytes to little-endian on every machine
 
     def add(self, key: str, offset: int, numel: int, itemsize: int) -> None:
+        """Record that storage `key`'s blob (its count, then its bytes) starts at `offset`; the
+        first record of a key wins."""
         self._places.setdefault(key, (offset, numel, itemsize))
 
     def has_storage(self, key: str) -> bool:
@@ -88,11 +97,11 @@ class CountedStorages:
                 path=self.path,
                 tensor=tensor,
             )
-        return self._mapped.window(offset + COUNT.size, nbytes, f"storage {key!r}", tensor)
+        return self._source.read(offset + COUNT.size, nbytes, f"storage {key!r}", tensor)
 
     def counts_at(self, offset: int, tensor: str | None = None) -> tuple[int, int]:
         """The u64 count at `offset`, read little-endian and big-endian."""
-        raw = bytes(self._mapped.window(offset, COUNT.size, "storage element count", tensor))
+        raw = bytes(self._source.read(offset, COUNT.size, "storage element count", tensor))
         return COUNT.unpack(raw)[0], COUNT_BE.unpack(raw)[0]
 
     def count_fitting(self, offset: int, room: int, itemsize: int) -> int:
@@ -124,16 +133,16 @@ def _kind(pid: object) -> str | None:
 # -- legacy -------------------------------------------------------------------------------------
 
 
-def load_legacy(mapped: MappedFile, pos: int, limits: Limits) -> Loaded:
+def load_legacy(source: MmapSource, pos: int, limits: Limits) -> Loaded:
     """Everything after the magic-number pickle that ends at `pos`."""
-    data, path = mapped.data, mapped.path
+    data, path = source.mapping, source.name
     version, pos, _ = run_pickle(data, pos, path=path, limits=limits)
     if type(version) is not int:
         raise MetadataError(f"legacy protocol version is a {type(version).__name__}", path=path)
     if version != PROTOCOL_VERSION:
         raise UnsupportedVersionError(version, PROTOCOL_VERSION, path=path)
     sys_info, pos, _ = run_pickle(data, pos, path=path, limits=limits)
-    storages = CountedStorages(mapped, _is_big_endian(sys_info))
+    storages = CountedStorages(source, _is_big_endian(sys_info))
     registry = _LegacyRegistry(storages)
     root, pos, protocol = run_pickle(
         data, pos, path=path, limits=limits, persistent_load=registry.persistent_load
@@ -189,81 +198,82 @@ class _LegacyRegistry:
 # -- tar ----------------------------------------------------------------------------------------
 
 
-def load_tar(mapped: MappedFile, limits: Limits) -> Loaded:
-    members = _tar_members(mapped)
+def load_tar(source: MmapSource, limits: Limits) -> Loaded:
+    """Open the tar layout: its entries located, storages and tensors indexed, none read."""
+    members = _tar_members(source)
     for required in ("pickle", "storages"):
         if required not in members:
             raise UnsupportedFormatError(
                 f"a tar archive without a {required!r} entry, not a PyTorch checkpoint",
-                path=mapped.path,
+                path=source.name,
             )
     sys_info = None
     if "sys_info" in members:
         start, size = members["sys_info"]
         sys_info, _, _ = run_pickle(
-            mapped.data, start, start + size, path=mapped.path, limits=limits
+            source.mapping, start, start + size, path=source.name, limits=limits
         )
-    index = _TarIndex(CountedStorages(mapped, _is_big_endian(sys_info)), mapped, limits)
+    index = _TarIndex(CountedStorages(source, _is_big_endian(sys_info)), source, limits)
     index.read_storages(*members["storages"])
     if "tensors" in members:
         index.read_tensors(*members["tensors"])
     start, size = members["pickle"]
     if size > limits.max_pickle_size:
         raise LimitExceeded(
-            "size of the tar 'pickle' entry", size, limits.max_pickle_size, path=mapped.path
+            "size of the tar 'pickle' entry", size, limits.max_pickle_size, path=source.name
         )
     root, _, protocol = run_pickle(
-        mapped.data,
+        source.mapping,
         start,
         start + size,
-        path=mapped.path,
+        path=source.name,
         limits=limits,
         persistent_load=index.persistent_load,
     )
     return Loaded(root, ArchiveInfo("tar", "little", protocol, sys_info=_plain_dict(sys_info)))
 
 
-def _tar_members(mapped: MappedFile) -> dict[str, tuple[int, int]]:
+def _tar_members(source: MmapSource) -> dict[str, tuple[int, int]]:
     """Offset and size of each entry torch wrote; tarfile reads only the headers."""
     found: dict[str, tuple[int, int]] = {}
     try:
-        with tarfile.open(mapped.path, mode="r:") as archive:
+        with tarfile.open(source.name, mode="r:") as archive:
             for member in archive:
                 name = member.name.removeprefix("./")
                 if name not in TAR_ENTRIES or name in found:
                     continue
                 if not member.isreg():
-                    raise ArchiveError("is not a plain file", entry=name, path=mapped.path)
+                    raise ArchiveError("is not a plain file", entry=name, path=source.name)
                 found[name] = (member.offset_data, member.size)
     except _TAR_ERRORS as err:
-        raise ArchiveError(f"damaged tar archive: {err}", path=mapped.path) from err
+        raise ArchiveError(f"damaged tar archive: {err}", path=source.name) from err
     for name, (offset, size) in found.items():
-        mapped.window(offset, size, f"tar entry {name!r}", None)  # inside the file?
+        source.read(offset, size, f"tar entry {name!r}", None)  # inside the file?
     return found
 
 
 class _TarIndex:
     """The storages, storage views and tensors a tar checkpoint's entries announce."""
 
-    def __init__(self, storages: CountedStorages, mapped: MappedFile, limits: Limits) -> None:
-        self.storages, self._mapped, self._limits = storages, mapped, limits
+    def __init__(self, storages: CountedStorages, source: MmapSource, limits: Limits) -> None:
+        self.storages, self._source, self._limits = storages, source, limits
         self._classes: dict[str, tuple[StorageClass, int]] = {}  # key -> (class, numel)
         self._views: dict[str, StorageRef] = {}
         self._tensors: dict[str, LazyTensor | UnreadableTensor] = {}
 
     def _pickle(self, pos: int, end: int) -> tuple[object, int]:
         value, pos, _ = run_pickle(
-            self._mapped.data, pos, end, path=self._mapped.path, limits=self._limits
+            self._source.mapping, pos, end, path=self._source.name, limits=self._limits
         )
         return value, pos
 
     def _count(self, pos: int, end: int, what: str) -> tuple[int, int]:
         count, pos = self._pickle(pos, end)
         if type(count) is not int or count < 0:
-            raise MetadataError(f"the tar {what} count is {count!r}", path=self._mapped.path)
+            raise MetadataError(f"the tar {what} count is {count!r}", path=self._source.name)
         if count > self._limits.max_storage_count:
             raise LimitExceeded(
-                f"{what} count", count, self._limits.max_storage_count, path=self._mapped.path
+                f"{what} count", count, self._limits.max_storage_count, path=self._source.name
             )
         return count, pos
 
@@ -272,14 +282,14 @@ class _TarIndex:
         count, pos = self._count(start, end, "storage")
         for _ in range(count):
             header, pos = self._pickle(pos, end)
-            raw_key, _location, cls = _fields(header, "tar storage header", self._mapped.path)
-            key, storage_class = str(raw_key), _storage_class(cls, self._mapped.path)
+            raw_key, _location, cls = _fields(header, "tar storage header", self._source.name)
+            key, storage_class = str(raw_key), _storage_class(cls, self._source.name)
             itemsize = storage_class.itemsize
             if itemsize is None:
                 raise UnsupportedFormatError(
                     f"storage class {storage_class.name} is unknown, "
                     "so the storages after it cannot be found",
-                    path=self._mapped.path,
+                    path=self._source.name,
                 )
             numel = self.storages.count_fitting(pos, end - pos - COUNT.size, itemsize)
             if numel < 0 or pos + COUNT.size + numel * itemsize > end:
@@ -287,7 +297,7 @@ class _TarIndex:
                     f"storage {key!r} of the tar 'storages' entry",
                     numel * itemsize,
                     max(0, end - pos - COUNT.size),
-                    path=self._mapped.path,
+                    path=self._source.name,
                 )
             self.storages.add(key, pos, numel, itemsize)
             self._classes.setdefault(key, (storage_class, numel))
@@ -298,13 +308,13 @@ class _TarIndex:
 
     def _read_views(self, views: object) -> None:
         if not isinstance(views, list):
-            raise MetadataError("the tar storage views are not a list", path=self._mapped.path)
+            raise MetadataError("the tar storage views are not a list", path=self._source.name)
         for item in views:
-            target, root, offset, numel = _fields(item, "tar storage view", self._mapped.path, 4)
+            target, root, offset, numel = _fields(item, "tar storage view", self._source.name, 4)
             known = self._classes.get(str(root))
             if known is None or type(offset) is not int or type(numel) is not int:
                 raise MetadataError(
-                    f"storage view {target!r} names no storage", path=self._mapped.path
+                    f"storage view {target!r} names no storage", path=self._source.name
                 )
             self._views[str(target)] = StorageRef(
                 str(root), known[0], known[1], source=self.storages, view=(offset, numel)
@@ -323,7 +333,7 @@ class _TarIndex:
         count, pos = self._count(start, end, "tensor")
         for _ in range(count):
             header, pos = self._pickle(pos, end)
-            key, storage_key, type_name = _fields(header, "tar tensor header", self._mapped.path)
+            key, storage_key, type_name = _fields(header, "tar tensor header", self._source.name)
             shape, stride, offset, pos = self._read_geometry(pos, end, str(key))
             self._tensors[str(key)] = self._tensor(
                 str(storage_key), type_name, shape, stride, offset
@@ -335,7 +345,7 @@ class _TarIndex:
         what = f"tar tensor {key!r}"
         (ndim,) = TAR_TENSOR_NDIM.unpack(self._window(pos, end, TAR_TENSOR_NDIM.size, what))
         if not 0 <= ndim <= MAX_NDIM:
-            raise LimitExceeded(f"{what} dimensions", ndim, MAX_NDIM, path=self._mapped.path)
+            raise LimitExceeded(f"{what} dimensions", ndim, MAX_NDIM, path=self._source.name)
         pos += TAR_TENSOR_NDIM.size
         layout = struct.Struct(f"<{2 * ndim + 1}q")
         values = layout.unpack(self._window(pos, end, layout.size, what))
@@ -343,8 +353,8 @@ class _TarIndex:
 
     def _window(self, pos: int, end: int, size: int, what: str) -> bytes:
         if pos + size > end:
-            raise TruncatedError(what, size, max(0, end - pos), path=self._mapped.path)
-        return bytes(self._mapped.window(pos, size, what, None))
+            raise TruncatedError(what, size, max(0, end - pos), path=self._source.name)
+        return bytes(self._source.read(pos, size, what, None))
 
     def _tensor(
         self,
@@ -358,14 +368,17 @@ class _TarIndex:
         if ref is None:  # resolved at access, as a missing storage naming the tensor
             name = str(type_name).rpartition(".")[2].replace("Tensor", "Storage")
             ref = StorageRef(
-                storage_key, StorageClass(name, STORAGE_DTYPES.get(name)), 0, source=self.storages
+                storage_key,
+                StorageClass(name, TORCH_STORAGE_CLASSES.get(name)),
+                0,
+                source=self.storages,
             )
         dtype = ref.storage_class.torch_dtype
         if dtype is None:
             return UnreadableTensor(
                 "tar tensors entry", f"tensor type {type_name!r} is unknown", dtype_problem=True
             )
-        return LazyTensor(shape, stride, offset, dtype, ref, path=self._mapped.path)
+        return LazyTensor(shape, stride, offset, dtype, ref, path=self._source.name)
 
     def persistent_load(self, pid: object) -> object:
         if isinstance(pid, tuple):

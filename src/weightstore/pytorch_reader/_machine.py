@@ -38,7 +38,7 @@ from weightstore.pytorch_reader._layout import (
     MAX_HASH_SHARERS,
     Limits,
 )
-from weightstore.pytorch_reader._objects import GlobalRef, InertObject, Malformed, Pending
+from weightstore.pytorch_reader._objects import Context, GlobalRef, InertObject, Malformed, Pending
 from weightstore.pytorch_reader._opcodes import OPCODES, Buffer, Opcode, Stream
 
 __all__ = ["HANDLERS", "Machine", "run_pickle"]
@@ -55,7 +55,7 @@ def _no_persistent_ids(pid: object) -> object:
     raise Malformed("a persistent id, but this stream has no storages to resolve it")
 
 
-class Machine:
+class Machine(Context):
     """One pickle stream, run symbolically.
 
     Args:
@@ -194,11 +194,13 @@ class Machine:
     # -- stack helpers used by the handlers ------------------------------------------------------
 
     def pop(self) -> object:
+        """Remove and return the top of the stack; `Malformed` when it is empty."""
         if not self.stack:
             raise Malformed("the stack is empty")
         return self.stack.pop()
 
     def top(self) -> object:
+        """The top of the stack, left in place; `Malformed` when it is empty."""
         if not self.stack:
             raise Malformed("the stack is empty")
         return self.stack[-1]
@@ -581,6 +583,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "BINPERSID": _binpersid,
     "STOP": _stop,
 }
+"""The handler of each opcode, by opcode name; checked against `OPCODES` at import."""
 
 
 def _dispatch_table() -> list[tuple[Opcode, Reader | None, Handler] | None]:

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from weightstore.pytorch_reader._layout import Limits
 
 __all__ = [
-    "STORAGE_DTYPES",
     "TORCH_DTYPES",
     "Context",
     "GlobalRef",
@@ -67,19 +66,8 @@ TORCH_DTYPES: Final[dict[str, tuple[str, int]]] = {
     **{f"uint{n}": (f"uint{n}", 1) for n in range(1, 8)},
     "bit": ("uint1", 1),
 }
-
-# The storage classes torch pickles (`torch.FloatStorage`, ...) and the dtype each holds. torch's
-# own loader matches any global whose name contains "Storage", whatever its module; so do we.
-STORAGE_DTYPES: Final[dict[str, str]] = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
-    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-    "BoolStorage": "bool", "ComplexDoubleStorage": "complex128",
-    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QUInt8Storage": "quint8",
-    "QInt32Storage": "qint32", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
-    "UntypedStorage": "uint8",  # bytes; `_rebuild_tensor_v3` names the tensor's dtype itself
-}
 # fmt: on
+"""Every dtype attribute of the `torch` module: alias -> (canonical name, bytes per element)."""
 
 
 def torch_itemsize(name: str) -> int:
@@ -91,10 +79,14 @@ class Context(Protocol):
     """What a stand-in may ask of the machine running it."""
 
     @property
-    def path(self) -> str | None: ...
+    def path(self) -> str | None:
+        """The file, for error messages."""
+        ...
 
     @property
-    def limits(self) -> Limits: ...
+    def limits(self) -> Limits:
+        """The resource caps of the reader running the pickle."""
+        ...
 
     def persistent_load(self, pid: object) -> object:
         """The value a persistent id stands for (a storage, a module class, ...)."""
@@ -118,6 +110,7 @@ class GlobalRef:
 
     @property
     def qualname(self) -> str:
+        """``module.name``, as the file spells it."""
         return f"{self.module}.{self.name}"
 
     def __repr__(self) -> str:
@@ -183,6 +176,7 @@ class TorchDType:
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element (a sub-byte or quantized dtype's storage unit)."""
         return torch_itemsize(self.name)
 
     def __repr__(self) -> str:
@@ -210,6 +204,7 @@ class StorageClass:
 
     @property
     def itemsize(self) -> int | None:
+        """Bytes per element, ``None`` for a class torch never wrote."""
         return None if self.torch_dtype is None else torch_itemsize(self.torch_dtype)
 
     def __repr__(self) -> str:
@@ -257,6 +252,7 @@ def take(args: object, name: str, low: int, high: int | None = None) -> tuple[ob
 
 
 def expect_int(value: object, what: str) -> int:
+    """`value` if it is an int (not a bool), else `Malformed` naming `what`."""
     if type(value) is not int:
         raise Malformed(f"{what} must be an int, not {type(value).__name__}")
     return value

@@ -35,7 +35,8 @@ _U8: Final = struct.Struct("<Q")
 _F8_BE: Final = struct.Struct(">d")  # BINFLOAT is the one big-endian field in pickle
 
 
-Buffer = bytes | mmap.mmap  # both slice to bytes and `find` without copying
+Buffer = bytes | mmap.mmap
+"""What a pickle is read from: both slice to bytes and `find` without copying."""
 
 
 class Stream:
@@ -79,6 +80,7 @@ class Stream:
         return self.data[start:found]
 
     def malformed(self, detail: str) -> PickleError:
+        """A `PickleError` for `detail` at the current position (to raise, not raised)."""
         return PickleError(detail, offset=self.pos, path=self.path)
 
 
@@ -312,6 +314,8 @@ OPCODES: Final[tuple[Opcode, ...]] = (
     _op("STOP",             b".",    None,            0, "item -> ; the pickle's value"),
 )
 # fmt: on
+"""Every pickle opcode, protocols 0 to 5, one record each: the table the machine, the skipper
+and the disassembler (`iter_ops`) all read."""
 
 
 def _index(table: tuple[Opcode, ...]) -> dict[int, Opcode]:
@@ -327,6 +331,7 @@ def _index(table: tuple[Opcode, ...]) -> dict[int, Opcode]:
 
 
 OPCODES_BY_CODE: Final = _index(OPCODES)
+"""`OPCODES` by their byte; building it refuses a table that repeats a name or byte."""
 
 
 def iter_ops(data: Buffer, pos: int = 0) -> Iterator[tuple[Opcode, Any, int]]:

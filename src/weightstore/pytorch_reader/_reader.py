@@ -1,7 +1,9 @@
 """`PytorchReader`: a PyTorch checkpoint's tensors by name, without torch and without running it.
 
-Opening a file maps it and decodes its pickle (the only bytes read); names come from walking the
-decoded object (`_walk`); a tensor's bytes are read when its `to_numpy` is called.
+It follows the protocol every weightstore reader shares: `from_file`, `names`, `get` (an array),
+`get_slice`, `metadata`, ``in``, ``len``, iteration and ``with``. Opening a file maps it and
+decodes its pickle (the only bytes read); names come from walking the decoded object (`_walk`);
+a tensor's bytes are read when it is asked for.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
+from typing import Any
+
+import numpy as np
 
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
 from weightstore.pytorch_reader._archive import open_archive
@@ -24,8 +29,8 @@ from weightstore.pytorch_reader._layout import (
     MAX_STORAGE_COUNT,
     Limits,
 )
-from weightstore.pytorch_reader._mapped import Layout
-from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
+from weightstore.pytorch_reader._loaded import Layout
+from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr
 
 __all__ = ["PytorchMetadata", "PytorchReader"]
@@ -61,6 +66,7 @@ class PytorchMetadata(Mapping[str, object]):
     sys_info: dict[str, object] | None
 
     def __getitem__(self, key: str) -> object:
+        """The field `key`; `KeyError` for any other key."""
         if key not in _METADATA_FIELDS:
             raise KeyError(key)
         return getattr(self, key)
@@ -78,6 +84,8 @@ _METADATA_FIELDS = tuple(item.name for item in fields(PytorchMetadata))
 class PytorchReader:
     """An open PyTorch checkpoint (`torch.save` output of any era). Usable as a context manager.
 
+    ``PytorchReader(path, ...)`` and ``PytorchReader.from_file(path, ...)`` open the same way.
+
     Args:
         path: the file.
         top_level_key: list only the tensors under this key of the top-level dict
@@ -87,15 +95,20 @@ class PytorchReader:
             raise one only for files you trust.
 
     Raises:
-        UnsupportedFormatError: not a PyTorch checkpoint (TorchScript, SafeTensors, ...).
+        UnsupportedFormatError: not a PyTorch checkpoint (TorchScript, a compressed file, another
+            weight format, ...); the message says what it is or shows its first bytes.
         FormatError: the file breaks its layout; `PickleError`, `TruncatedError`,
             `LimitExceeded` and `ArchiveError` say how.
         KeyNotFoundError: `top_level_key` is not there; the error lists the keys that are.
         InvalidOptionError: a limit that is not a positive int.
 
+    Attributes:
+        path: the file, as opened.
+        top_level_key: the key the reader lists tensors under, or ``None`` for the whole file.
+
     Example:
-        >>> with PytorchReader("model.pt") as reader:  # doctest: +SKIP
-        ...     weight = reader.get("fc1.weight").to_numpy()
+        >>> with PytorchReader.from_file("model.pt") as reader:  # doctest: +SKIP
+        ...     weight = reader.get("fc1.weight")  # a NumPy view of the mapped file
     """
 
     def __init__(
@@ -132,14 +145,60 @@ class PytorchReader:
             raise
         self._named: dict[str, Leaf] | None = None
 
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, top_level_key: str | None = None, **limits: int
+    ) -> PytorchReader:
+        """Open `path`: the same as the constructor, in the form every weightstore reader has.
+
+        Args:
+            path: the file.
+            top_level_key: as for the class.
+            limits: ``max_pickle_size`` and the other resource limits of the class.
+        """
+        return cls(path, top_level_key, **limits)
+
     # -- tensors ---------------------------------------------------------------------------------
 
-    def keys(self) -> list[str]:
-        """Dotted tensor names in file order; reads no tensor data."""
+    def names(self) -> list[str]:
+        """Dotted tensor names in file order (the pickle's order); reads no tensor data."""
         return list(self._names())
 
-    def get(self, name: str) -> LazyTensor:
-        """The tensor `name`, proven readable (dtype known, storage present, view inside it).
+    def names_in_file_order(self) -> list[str]:
+        """The same as `names`: a checkpoint's names are already in the pickle's order."""
+        return self.names()
+
+    def keys(self) -> list[str]:
+        """Alias of `names`, kept from before the readers shared one protocol."""
+        return self.names()
+
+    def descriptor(self, name: str) -> LazyTensor:
+        """What the reader protocol asks of a tensor before reading it (dtype, shape,
+        `param_id`): for a checkpoint, the checked `LazyTensor` that `tensor` returns."""
+        return self.tensor(name)
+
+    def get(self, name: str) -> np.ndarray[Any, Any]:
+        """The values of tensor `name` as `torch.load` gives them, as a NumPy array: a view of
+        the mapped file for a contiguous, aligned, little-endian tensor, else a copy.
+
+        Raises:
+            The errors of `tensor`, and those of `LazyTensor.to_numpy` (a meta tensor has no
+            values; a stored tensor's bytes may disagree with the pickle).
+        """
+        return self.tensor(name).to_numpy()
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """Tensor `name` to index like an array (``[a:b, ::2]``); indexing reads the whole
+        tensor first (see `TensorSlice`), then selects.
+
+        Raises:
+            The errors of `tensor`.
+        """
+        return TensorSlice(self.tensor(name))
+
+    def tensor(self, name: str) -> LazyTensor:
+        """The tensor `name`, unread but proven readable (dtype known, storage present, view
+        inside it): its dtype, shape and size, and `to_numpy` for its values.
 
         Raises:
             TensorNotFoundError: no tensor has that name.
@@ -156,8 +215,8 @@ class PytorchReader:
         return leaf
 
     def tensors(self) -> dict[str, LazyTensor]:
-        """Every tensor by name, each checked as `get` checks it."""
-        return {name: self.get(name) for name in self._names()}
+        """Every tensor by name, each checked as `tensor` checks it."""
+        return {name: self.tensor(name) for name in self._names()}
 
     def __contains__(self, name: object) -> bool:
         return name in self._names()
@@ -166,7 +225,7 @@ class PytorchReader:
         return len(self._names())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
+        return iter(self.names())
 
     def _names(self) -> dict[str, Leaf]:
         if self._named is None:
@@ -226,7 +285,8 @@ class PytorchReader:
         return _entry(self._loaded.root, top_level_key, self.path, "top-level key")
 
     def close(self) -> None:
-        """Release the file. Arrays already handed out stay valid."""
+        """Release the file: it is unmapped now, or when the last array viewing it goes.
+        Arrays already handed out stay valid; reading a tensor afterwards raises `ValueError`."""
         self._loaded.close()
 
     def __enter__(self) -> PytorchReader:

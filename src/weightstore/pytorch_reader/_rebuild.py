@@ -19,9 +19,9 @@ from typing import Any, Final
 
 import numpy as np
 
+from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader._layout import MAX_NDIM
 from weightstore.pytorch_reader._objects import (
-    STORAGE_DTYPES,
     Context,
     GlobalRef,
     Malformed,
@@ -64,7 +64,7 @@ def storage_class_of(value: object) -> StorageClass:
     if isinstance(value, GlobalRef):
         value = value.name
     name = _text(value, "storage class")
-    return StorageClass(name, STORAGE_DTYPES.get(name))
+    return StorageClass(name, TORCH_STORAGE_CLASSES.get(name))
 
 
 def storage_from_pid(pid: object, source: StorageSource | None) -> StorageRef:
@@ -299,3 +299,4 @@ TABLE: Final[dict[tuple[str, str], StandInFn]] = {
     )},
 }
 # fmt: on
+"""The torch functions rebuilt here, by ``(module, name)``, and the stand-in for each."""

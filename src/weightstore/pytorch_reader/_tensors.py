@@ -27,12 +27,13 @@ from weightstore.errors import (
     DTypeError,
     LimitExceeded,
     MissingStorageError,
+    SliceError,
     UnsupportedObjectError,
 )
 from weightstore.pytorch_reader._layout import MAX_NDIM
 from weightstore.pytorch_reader._objects import StorageClass, torch_itemsize
 
-__all__ = ["LazyTensor", "StorageRef", "StorageSource", "UnreadableTensor"]
+__all__ = ["LazyTensor", "StorageRef", "StorageSource", "TensorSlice", "UnreadableTensor"]
 
 _MAX_INDEX = 2**63 - 1  # torch's sizes, strides and offsets are int64
 
@@ -41,14 +42,18 @@ class StorageSource(Protocol):
     """Where a file's storages live; each layout (`_archive`) provides one."""
 
     @property
-    def path(self) -> str | None: ...
+    def path(self) -> str | None:
+        """The file, for error messages."""
+        ...
 
     @property
     def byte_order(self) -> str:
         """``"little"`` or ``"big"``: the order of the storage bytes as stored."""
         ...
 
-    def has_storage(self, key: str) -> bool: ...
+    def has_storage(self, key: str) -> bool:
+        """Whether the file holds a storage of that key (its size is checked on read)."""
+        ...
 
     def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
         """The storage's bytes, read once and cached; `DescriptorError` when the file holds
@@ -77,6 +82,7 @@ class StorageRef:
     view: tuple[int, int] | None = None
 
     def itemsize(self, path: str | None, tensor: str | None) -> int:
+        """Bytes per element of the storage; `DTypeError` for a class torch never wrote."""
         size = self.storage_class.itemsize
         if size is None:
             raise DTypeError(
@@ -110,6 +116,7 @@ class StorageRef:
         return data[offset * itemsize : (offset + numel) * itemsize]
 
     def window_nbytes(self, path: str | None, tensor: str | None) -> int:
+        """Bytes this reference covers: the view's, else the whole storage's."""
         numel = self.numel if self.view is None else self.view[1]
         return numel * self.itemsize(path, tensor)
 
@@ -124,6 +131,7 @@ class UnreadableTensor:
     dtype_problem: bool = False
 
     def error(self, path: str | None, tensor: str | None) -> DTypeError | UnsupportedObjectError:
+        """The error touching this tensor raises, naming `path` and `tensor`."""
         if self.dtype_problem:
             return DTypeError(
                 f"{self.reason} (built by {self.global_name})", path=path, tensor=tensor
@@ -176,10 +184,16 @@ class LazyTensor:
 
     @property
     def numel(self) -> int:
+        """Elements of the tensor: the product of `shape`."""
         count = 1
         for size in self.shape:
             count *= size
         return count
+
+    @property
+    def param_id(self) -> None:
+        """PyTorch checkpoints record no parameter ids (burnpack does); the reader protocol's."""
+        return None
 
     @property
     def nbytes(self) -> int:
@@ -187,18 +201,18 @@ class LazyTensor:
         return self.numel * torch_itemsize(self.torch_dtype)
 
     def with_name(self, name: str) -> LazyTensor:
+        """A copy named `name`, so that its errors name the tensor."""
         return dataclasses.replace(self, name=name)
 
     def validate(self) -> None:
         """Prove the tensor readable without reading it: dtype known, storage present, view
         inside the storage; raises the error `to_numpy` would. A meta tensor passes (its shape
         and dtype are real); only its `to_numpy` fails."""
-        self._numpy_dtype()
+        itemsize = self.numpy_dtype.itemsize  # first: a dtype NumPy lacks is the error to give
         if self.array is not None or (self.storage is None and self.device == "meta"):
             return
         storage = self._storage()
         storage.require(self.path, self.name)
-        itemsize = torch_itemsize(self.torch_dtype)
         capacity = storage.window_nbytes(self.path, self.name) // itemsize
         validate_view(
             self.shape, self.stride, self.storage_offset, capacity, path=self.path, tensor=self.name
@@ -214,7 +228,7 @@ class LazyTensor:
                 disagrees with the pickle, or the tensor is a meta tensor with no values.
         """
         self.validate()
-        np_dtype = self._numpy_dtype()
+        np_dtype = self.numpy_dtype
         if self.array is not None:
             return self._finish(self.array.astype(np_dtype).reshape(self.shape))
         storage = self._storage()
@@ -222,7 +236,10 @@ class LazyTensor:
         swap = storage.source is not None and storage.source.byte_order == "big"
         return self._finish(_view(data, np_dtype, self, swap))
 
-    def _numpy_dtype(self) -> np.dtype[Any]:
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        """The NumPy dtype `to_numpy` returns; `DTypeError` naming the tensor when NumPy has
+        none (complex32, quantized, sub-byte)."""
         np_dtype = self.dtype.numpy
         if np_dtype is None:
             raise DTypeError(
@@ -250,6 +267,53 @@ class LazyTensor:
     def __repr__(self) -> str:
         where = f" {self.name!r}" if self.name else ""
         return f"<tensor{where} {self.torch_dtype} {list(self.shape)}>"
+
+
+class TensorSlice:
+    """A tensor to index like a NumPy array: ``reader.get_slice("embed.weight")[:100, ::2]``.
+
+    Indexing reads the whole tensor (`LazyTensor.to_numpy`: for a contiguous stored tensor a view
+    of the mapped file, so nothing is copied; for a strided, big-endian or compressed one, a
+    copy of all of it), then selects with NumPy's rules. The result is always an array, 0-d
+    when every axis is an int.
+    """
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, tensor: LazyTensor) -> None:
+        self._tensor = tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The whole tensor's shape."""
+        return self._tensor.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The NumPy dtype of the arrays indexing returns."""
+        return self._tensor.numpy_dtype
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> np.ndarray[Any, Any]:
+        """The selected part as an array.
+
+        Raises:
+            SliceError: an index NumPy refuses for this shape; checked before anything is read.
+            MissingStorageError, DescriptorError: as `LazyTensor.to_numpy`.
+        """
+        index: Any = key
+        try:  # a zero-stride stand-in of the same shape checks the index without reading
+            np.broadcast_to(np.empty((), np.uint8), self.shape)[index]
+        except IndexError as err:
+            raise SliceError(str(err), path=self._tensor.path, tensor=self._tensor.name) from None
+        return np.asarray(self._tensor.to_numpy()[index])
+
+    def __repr__(self) -> str:
+        return f"<slice of {self._tensor!r}>"
 
 
 def validate_view(
@@ -313,8 +377,9 @@ def _view(
     swap = swap and itemsize > 1
     byte_strides = tuple(step * itemsize for step in tensor.stride)
     opaque = np.dtype(f"V{itemsize}") if swap else np_dtype
-    # Over a byte array, not the memoryview itself: NumPy then keeps that array (and through it
-    # the memoryview) alive as the view's base, rather than the raw mmap.
+    # Over np.frombuffer's byte array, never the memoryview itself: that array holds a buffer
+    # export of the mapping, which keeps a closed reader's file mapped while this view lives;
+    # given the memoryview, NumPy keeps the bare mmap and no export (`_bytesource` says why).
     view: np.ndarray[Any, Any] = np.ndarray(
         tensor.shape,
         opaque,

@@ -28,6 +28,7 @@ from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
 __all__ = ["Leaf", "module_entries", "name_tensors", "short_repr"]
 
 Leaf = LazyTensor | UnreadableTensor
+"""What a tensor name leads to: a readable tensor, or one that raises when touched."""
 _SHORT_ITEMS = 6  # items shown per container in `short_repr`
 
 

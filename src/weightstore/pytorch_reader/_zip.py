@@ -12,6 +12,7 @@ import struct
 import zipfile
 import zlib
 
+from weightstore._bytesource import MmapSource
 from weightstore.errors import (
     ArchiveError,
     DescriptorError,
@@ -34,9 +35,10 @@ from weightstore.pytorch_reader._layout import (
     ZIP_MAGIC,
     Limits,
 )
+from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
-from weightstore.pytorch_reader._mapped import ArchiveInfo, Loaded, MappedFile
 from weightstore.pytorch_reader._rebuild import storage_from_pid
+from weightstore.pytorch_reader._tensors import StorageSource
 
 __all__ = ["ZipStorages", "load_zip"]
 
@@ -59,34 +61,36 @@ _ZIP_ERRORS = (
 )
 
 
-def load_zip(mapped: MappedFile, limits: Limits) -> Loaded:
+def load_zip(source: MmapSource, limits: Limits) -> Loaded:
+    """Open the zip layout: records and ``data.pkl`` read, storages located, none read."""
     try:
-        archive = zipfile.ZipFile(mapped.path)
+        archive = zipfile.ZipFile(source.name)
     except _ZIP_ERRORS as err:
-        raise ArchiveError(f"damaged zip archive: {err}", path=mapped.path) from err
+        raise ArchiveError(f"damaged zip archive: {err}", path=source.name) from err
     try:
-        return _read_zip(mapped, archive, limits)
+        return _read_zip(source, archive, limits)
     except BaseException:
         archive.close()
         raise
 
 
-def _read_zip(mapped: MappedFile, archive: zipfile.ZipFile, limits: Limits) -> Loaded:
+def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> Loaded:
+    path = source.name
     names = {info.filename: info for info in archive.infolist()}
-    prefix = _zip_prefix(list(names), mapped.path)
-    records = _ZipRecords(archive, names, prefix, mapped.path)
+    prefix = _zip_prefix(list(names), path)
+    records = _ZipRecords(archive, names, prefix, path)
     byte_order = records.text(BYTEORDER_RECORD) or "little"
     if byte_order not in ("little", "big"):
         raise ArchiveError(
             f"is {byte_order!r}, expected 'little' or 'big'",
             entry=prefix + BYTEORDER_RECORD,
-            path=mapped.path,
+            path=path,
         )
-    storages = ZipStorages(mapped, archive, names, prefix, byte_order, limits)
+    storages = ZipStorages(source, archive, names, prefix, byte_order, limits)
     pickle = records.read(DATA_PKL, limits.max_pickle_size)
     root, _, protocol = run_pickle(
         pickle,
-        path=mapped.path,
+        path=path,
         limits=limits,
         persistent_load=lambda pid: storage_from_pid(pid, storages),
     )
@@ -100,7 +104,7 @@ def _read_zip(mapped: MappedFile, archive: zipfile.ZipFile, limits: Limits) -> L
         int(alignment) if alignment and alignment.isdigit() and len(alignment) < 10 else None,
         records.text(SERIALIZATION_ID_RECORD),
     )
-    return Loaded(root, info, [archive.close])
+    return Loaded(root, info, [archive.close, storages.close])
 
 
 def _zip_prefix(names: list[str], path: str) -> str:
@@ -154,14 +158,14 @@ class _ZipRecords:
         return self.read(name, _SMALL_RECORD_SIZE).decode("ascii", "replace").strip()
 
 
-class ZipStorages:
+class ZipStorages(StorageSource):
     """The ``<archive>/data/<key>`` entries. Stored entries are views of the mapped file at
     the payload offset the entry's local header gives; compressed ones are inflated once.
-    Both are cached, so tensors sharing a storage read it once."""
+    Both are cached, so tensors sharing a storage read it once, until `close` drops the cache."""
 
     def __init__(
         self,
-        mapped: MappedFile,
+        source: MmapSource,
         archive: zipfile.ZipFile,
         names: dict[str, zipfile.ZipInfo],
         prefix: str,
@@ -170,13 +174,14 @@ class ZipStorages:
     ) -> None:
         folder = prefix + STORAGE_FOLDER
         self._entries = {n[len(folder) :]: i for n, i in names.items() if n.startswith(folder)}
-        self._mapped, self._archive, self._limits = mapped, archive, limits
+        self._source, self._archive, self._limits = source, archive, limits
         self._byte_order = byte_order
         self._cache: dict[str, memoryview] = {}
+        self._closed = False
 
     @property
     def path(self) -> str | None:
-        return self._mapped.path
+        return self._source.name
 
     @property
     def byte_order(self) -> str:
@@ -186,6 +191,8 @@ class ZipStorages:
         return key in self._entries
 
     def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
+        if self._closed:
+            raise ValueError(f"{self.path}: the file is closed")
         info = self._entries.get(key)
         if info is None:
             raise MissingStorageError(key, path=self.path, tensor=tensor)
@@ -201,6 +208,11 @@ class ZipStorages:
             self._cache[key] = data
         return data
 
+    def close(self) -> None:
+        """Drop the cached storages: views of the mapping among them would keep it mapped."""
+        self._closed = True
+        self._cache.clear()
+
     def _read(self, info: zipfile.ZipInfo, tensor: str | None) -> memoryview:
         if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
             if info.compress_size != info.file_size:
@@ -208,7 +220,7 @@ class ZipStorages:
                     "a stored entry whose sizes differ", entry=info.filename, path=self.path
                 )
             offset = self._payload_offset(info)
-            return self._mapped.window(offset, info.file_size, f"entry {info.filename}", tensor)
+            return self._source.read(offset, info.file_size, f"entry {info.filename}", tensor)
         if info.file_size > self._limits.max_inflated_size:
             raise LimitExceeded(
                 f"inflated size of {info.filename}",
@@ -220,7 +232,7 @@ class ZipStorages:
         return memoryview(self._inflate(info))
 
     def _payload_offset(self, info: zipfile.ZipInfo) -> int:
-        header = self._mapped.window(
+        header = self._source.read(
             info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
         )
         signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(header)

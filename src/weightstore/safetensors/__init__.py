@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from weightstore._slice import TensorSlice
 from weightstore.entry import TensorEntry
+from weightstore.safetensors._format import FORMAT
 from weightstore.safetensors._layout import (
     DATA_ALIGNMENT,
     DTYPE_RANK,
@@ -22,13 +24,13 @@ from weightstore.safetensors._layout import (
     TensorDescriptor,
 )
 from weightstore.safetensors._reader import SafetensorsReader
-from weightstore.safetensors._slice import TensorSlice
 from weightstore.safetensors._writer import SafetensorsWriter
 
 __all__ = [
     "DATA_ALIGNMENT",
     "DTYPE_RANK",
     "EXTENSION",
+    "FORMAT",
     "MAX_HEADER_SIZE",
     "METADATA_KEY",
     "PREFIX_SIZE",

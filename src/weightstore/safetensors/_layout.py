@@ -39,13 +39,13 @@ HEADER_SIZE_FIELD: Final = struct.Struct("<Q")  # the u64 header length N
 PREFIX_SIZE: Final = HEADER_SIZE_FIELD.size  # 8 bytes before the JSON
 DATA_ALIGNMENT: Final = 8  # bytes; the writer pads the JSON so the data buffer starts aligned
 METADATA_KEY: Final = "__metadata__"  # the one header key that is not a tensor
-EXTENSION: Final = "safetensors"
+EXTENSION: Final = "safetensors"  # the usual suffix; never appended to a path
 PADDING: Final = b" "  # JSON whitespace, so a padded header still parses
 
 # Checked before anything is allocated. The value is the safetensors package's MAX_HEADER_SIZE;
 # a header larger than this is refused by every other reader too.
 MAX_HEADER_SIZE: Final = 100_000_000  # bytes of JSON
-MAX_U64: Final = 2**64 - 1  # shapes and offsets are u64 (usize) in the reference reader
+MAX_U64: Final = 2**64 - 1  # shapes and offsets are u64 (usize) in the safetensors package
 
 # The safetensors package's Rust `Dtype` enum in declaration order, lowest rank first. Its
 # writer sorts by this rank descending; within one element size the order is not alphabetical
@@ -70,7 +70,13 @@ class TensorDescriptor:
 
     @property
     def nbytes(self) -> int:
+        """Bytes the tensor spans in the data buffer."""
         return self.data_offsets[1] - self.data_offsets[0]
+
+    @property
+    def param_id(self) -> None:
+        """SafeTensors records no parameter ids (burnpack does); part of the reader protocol."""
+        return None
 
 
 class JsonObject(tuple[tuple[str, Any], ...]):
@@ -135,7 +141,8 @@ def decode_header(block: bytes | memoryview) -> Any:
     Raises:
         UnicodeDecodeError: the bytes are not UTF-8.
         ValueError: not one JSON value (``NaN`` and ``Infinity``, which `json` accepts but JSON
-            does not, included), or it does not start with ``{`` as the reference reader requires.
+            does not, included), or it does not start with ``{`` as the safetensors package
+            requires.
         RecursionError: nesting too deep for the parser.
     """
     text = bytes(block).decode("utf-8")

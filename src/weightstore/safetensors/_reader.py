@@ -2,9 +2,9 @@
 
 A file opens only if its header proves consistent: valid UTF-8 JSON without duplicate keys,
 known dtypes, lengths that match shape x dtype, and tensors that cover the data buffer exactly
-(no overlap, no gap, no tail, nothing past the end). These are the reference reader's rules; we
+(no overlap, no gap, no tail, nothing past the end). These are the safetensors package's rules; we
 also refuse duplicate keys (its JSON parser keeps the last) and say which tensor is at fault.
-Unknown descriptor fields are ignored, as the reference reader ignores them.
+Unknown descriptor fields are ignored, as the safetensors package ignores them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._reader_base import ContainerReader
+from weightstore._slice import TensorSlice, view_as_array
 from weightstore.dtypes import DType, from_safetensors
 from weightstore.errors import (
     DescriptorError,
@@ -36,7 +37,6 @@ from weightstore.safetensors._layout import (
     decode_header,
     is_text,
 )
-from weightstore.safetensors._slice import TensorSlice, view_as_array
 
 __all__ = ["SafetensorsReader"]
 
@@ -55,7 +55,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         self.path = source.name
         self.header_size = self._read_header_size(max_header_size)
         self.data_start = PREFIX_SIZE + self.header_size
-        self.metadata, descriptors = _parse_top(self._read_header(), self.path)
+        self._metadata, descriptors = _parse_top(self._read_header(), self.path)
         _validate_layout(descriptors, source.size - self.data_start, self.path)
         # In data order, as the file lays them out; `names()` gives them sorted.
         self.descriptors: dict[str, TensorDescriptor] = {d.name: d for d in descriptors}
@@ -92,7 +92,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         (header_size,) = HEADER_SIZE_FIELD.unpack(
             self._source.read(0, PREFIX_SIZE, "the header length")
         )
-        # The limit comes first, as in the reference reader: a length of exabytes marks a hostile
+        # The limit comes first, as in the safetensors package: a length of exabytes marks a hostile
         # or corrupt file, which a "truncated" message would misdescribe.
         if header_size > max_header_size:
             raise LimitExceeded("header size", header_size, max_header_size, path=self.path)
@@ -161,7 +161,7 @@ def _parse_top(top: object, path: str | None) -> tuple[dict[str, str], list[Tens
 
 
 def _parse_metadata(value: object, path: str | None) -> dict[str, str]:
-    if value is None:  # the reference reader reads `null` as "no metadata"
+    if value is None:  # the safetensors package reads `null` as "no metadata"
         return {}
     if not isinstance(value, JsonObject):
         raise MetadataError(f"{METADATA_KEY!r} is not a JSON object", path=path)

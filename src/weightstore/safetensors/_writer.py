@@ -9,11 +9,9 @@ The package's own Python `save_file` needs every tensor in memory at once.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import BinaryIO
 
-from weightstore._atomic import write_all, write_atomic
+from weightstore._writer_base import ContainerWriter
 from weightstore.entry import TensorEntry
 from weightstore.errors import DTypeError, EntryError
 from weightstore.safetensors._layout import (
@@ -31,7 +29,7 @@ from weightstore.safetensors._layout import (
 __all__ = ["SafetensorsWriter"]
 
 
-class SafetensorsWriter:
+class SafetensorsWriter(ContainerWriter):
     """A planned SafeTensors file, ready to be written to bytes or a file.
 
     Args:
@@ -82,41 +80,6 @@ class SafetensorsWriter:
         yield HEADER_SIZE_FIELD.pack(len(self._header)) + self._header
         for entry in self.entries:
             yield entry.read()  # no local name, so this frame drops it before the next read
-
-    def write_to(self, file: BinaryIO) -> None:
-        """Stream the file to an open binary file, one tensor at a time."""
-        for piece in self._pieces():
-            write_all(file, memoryview(piece))
-            del piece  # drop the producer's buffer before asking for the next
-
-    def write_into(self, buffer: bytearray | memoryview) -> None:
-        """Fill a caller-provided buffer of at least `size` bytes."""
-        view = memoryview(buffer).cast("B")
-        if view.nbytes < self.size:
-            raise EntryError(f"buffer is {view.nbytes:,} bytes, the file needs {self.size:,}")
-        position = 0
-        for piece in self._pieces():
-            size = len(piece) if isinstance(piece, bytes) else piece.nbytes
-            view[position : position + size] = piece
-            position += size
-            del piece
-
-    def to_bytes(self) -> bytes:
-        """The whole file in memory."""
-        buffer = bytearray(self.size)
-        self.write_into(buffer)
-        return bytes(buffer)
-
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-        """Write atomically to `path`: the file appears whole or not at all.
-
-        Returns:
-            The path written.
-
-        Raises:
-            DestinationExistsError: the file exists and `overwrite` is false.
-        """
-        return write_atomic(path, self.write_to, overwrite=overwrite)
 
 
 def _string_map(metadata: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -1,9 +1,13 @@
-"""Stores: where a model's tensors are saved to and loaded from, with their options."""
+"""Stores: where a model's tensors are saved to and loaded from, with their options.
+
+`Store` is the one implementation, over the format registry; `Store.from_file` picks the format
+from a file's content. `BurnpackStore`, `SafetensorsStore` and `PytorchStore` fix the format.
+"""
 
 from __future__ import annotations
 
 from weightstore.stores._base import LoadFailedError, Store, StoreOptions
-from weightstore.stores._containers import BurnpackStore, PytorchStore, SafetensorsStore
+from weightstore.stores._declared import BurnpackStore, PytorchStore, SafetensorsStore
 
 __all__ = [
     "BurnpackStore",

@@ -1,25 +1,40 @@
-"""What every store shares: its options, the builder methods that set them, and the pipelines.
+"""One store over the format registry: its options, the builders that set them, the pipelines.
 
-A store is immutable: every builder returns a new store with one option changed, and a bad
-option (an invalid regex) raises at the builder call. Stores that save into memory share one
-mutable `_Output` box across their copies, so ``store.get_bytes()`` works on the store the
-caller kept. Loads go: container reader (header only) -> snapshots -> remap -> index mapping
--> from-adapter -> apply. Saves go: model -> collect (filter, to-adapter) -> remap -> writer.
+A store is a format (a `ContainerFormat` record from the registry), a source (a file, bytes it
+owns, or a caller's buffer viewed in place) and immutable options. Every builder returns a new
+store with one option changed and checks it at once: a bad regex, or an option the format
+cannot honour (`ContainerFormat.store_options`), raises `InvalidOptionError` at the builder
+call, never at load time. `BurnpackStore`, `SafetensorsStore` and `PytorchStore` only declare
+their format and defaults (`_declared.py`).
+
+Loads go: container reader (header only) -> snapshots -> remap -> index mapping ->
+from-adapter -> apply. Saves go: model -> collect (filter, to-adapter) -> remap -> writer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
+from weightstore._atomic import write_atomic
+from weightstore._format import PROBE_SIZE, ContainerFormat
 from weightstore._version import __version__
 from weightstore.adapters import Adapter
 from weightstore.apply_result import ApplyResult
-from weightstore.errors import InvalidOptionError, WeightstoreError
+from weightstore.entry import TensorEntry
+from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
+from weightstore.formats import (
+    FORMATS,
+    detect_format,
+    detect_format_of_bytes,
+    format_for_name,
+    read_probe,
+    what_it_is,
+)
 from weightstore.paths import (
     KeyRemapper,
     PathFilter,
@@ -33,6 +48,7 @@ from weightstore.transfer import IndexMapper, apply, collect
 __all__ = ["LoadFailedError", "Store", "StoreOptions"]
 
 StoreT = TypeVar("StoreT", bound="Store")
+Buffer = bytes | bytearray | memoryview
 
 
 class LoadFailedError(WeightstoreError, ValueError):
@@ -45,7 +61,8 @@ class LoadFailedError(WeightstoreError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
-    """Every setting a store has; defaults differ per store and are set by its constructor."""
+    """Every setting a store has. Field names are the option names that
+    `ContainerFormat.store_options` lists; defaults differ per store (`Store._defaults`)."""
 
     filter: PathFilter = field(default_factory=PathFilter)
     remapper: KeyRemapper = field(default_factory=KeyRemapper)
@@ -64,23 +81,40 @@ class StoreOptions:
 
 
 class _Output:
-    """The bytes a memory-backed store saved last; shared by a store and its builder copies."""
+    """The bytes a memory-backed store saved last; shared by a store and its builder copies, so
+    ``store.get_bytes()`` works on the store the caller kept."""
 
     def __init__(self, data: bytes | None) -> None:
         self.data = data
 
 
 def default_metadata(format_name: str) -> dict[str, str]:
+    """The metadata every save carries unless cleared: the format, producer and version."""
     return {"format": format_name, "producer": "weightstore", "version": __version__}
 
 
-class Store(ABC):
-    """Base of `BurnpackStore`, `SafetensorsStore` and `PytorchStore`.
+_STORE_FOR_FORMAT: dict[str, type[Store]] = {}
 
-    Subclasses say how to read snapshots from their source and how to write them.
+
+class Store:
+    """Where a model's tensors are saved to and loaded from, in any registered format.
+
+    Use a declared store (`BurnpackStore`, `SafetensorsStore`, `PytorchStore`) to fix the
+    format, or `Store.from_file` to pick it from the file's content.
+
+    Example:
+        >>> store = Store.from_file("model.safetensors").with_regex("^encoder")  # doctest: +SKIP
+        >>> result = store.allow_partial().apply_to(model)
     """
 
-    format_name = ""
+    FORMAT: ClassVar[ContainerFormat | None] = None  # set by each declared store
+    format_name: ClassVar[str] = ""  # the format's short name, ``"burnpack"``; from FORMAT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.FORMAT is not None:
+            cls.format_name = cls.FORMAT.name
+            _STORE_FOR_FORMAT[cls.FORMAT.name] = cls
 
     def __init__(
         self,
@@ -93,12 +127,91 @@ class Store(ABC):
         self._path = path
         self._output = output
         self._static = static
-        self._options = options or StoreOptions()
+        self._options = options if options is not None else self._defaults()
         self._cache: dict[str, TensorSnapshot] | None = None
+
+    # -- constructors ---------------------------------------------------------------------------
+
+    @classmethod
+    def _defaults(cls) -> StoreOptions:
+        """The options a new store of this format starts with."""
+        fmt = cls._format()
+        metadata = default_metadata(fmt.name) if fmt.writable else {}
+        return StoreOptions(metadata=metadata)
+
+    @classmethod
+    def _format(cls) -> ContainerFormat:
+        if cls.FORMAT is None:
+            raise InvalidOptionError("the base Store has no format; use Store.from_file")
+        return cls.FORMAT
+
+    @classmethod
+    def from_file(cls: type[StoreT], path: str | os.PathLike[str]) -> StoreT:
+        """A store over the file at `path`, to load from or save to.
+
+        On a declared store the format is the store's. On `Store` itself it is picked from the
+        file's first bytes when the file exists, else from its extension (a save target).
+
+        Raises:
+            UnsupportedFormatError: `Store.from_file` on a file no format recognises, or on a
+                new path whose extension names no format.
+        """
+        filename = os.fspath(path)
+        if cls.FORMAT is not None:
+            return cls(path=filename)
+        fmt = _format_of_path(filename)
+        return cast(StoreT, _STORE_FOR_FORMAT[fmt.name](path=filename))
+
+    @classmethod
+    def from_bytes(cls: type[StoreT], data: Buffer | None = None) -> StoreT:
+        """A store over bytes to load (copied once if mutable), or with None an empty one to
+        save into (`get_bytes` then returns what was saved).
+
+        Raises:
+            InvalidOptionError: the format cannot be read from memory (PyTorch checkpoints are
+                read from files), or `Store.from_bytes` with no bytes to tell the format by.
+            UnsupportedFormatError: `Store.from_bytes` on bytes no format recognises.
+        """
+        if cls.FORMAT is None:
+            if data is None:
+                raise InvalidOptionError("Store.from_bytes needs bytes to tell the format by")
+            fmt = _format_of_bytes(data)
+            return cast(StoreT, _STORE_FOR_FORMAT[fmt.name].from_bytes(data))
+        fmt = cls._format()
+        if fmt.open_bytes is None:
+            raise InvalidOptionError(
+                f"{fmt.title} stores read files only; use {cls.__name__}.from_file",
+                format=fmt.name,
+            )
+        return cls(output=_Output(None if data is None else bytes(data)))
+
+    @classmethod
+    def from_static(cls: type[StoreT], buffer: Buffer) -> StoreT:
+        """A read-only store viewing the caller's buffer in place: tensors are views of it and
+        nothing is copied, so the buffer must outlive them and stay unchanged.
+
+        Raises:
+            InvalidOptionError: the format cannot view a buffer in place.
+        """
+        fmt = _format_of_bytes(buffer) if cls.FORMAT is None else cls._format()
+        store_type = _STORE_FOR_FORMAT[fmt.name]
+        if fmt.open_static is None:
+            raise InvalidOptionError(
+                f"{fmt.title} stores cannot view a buffer in place", format=fmt.name
+            )
+        return cast(StoreT, store_type(static=buffer))
 
     # -- builders -------------------------------------------------------------------------------
 
     def _with(self: StoreT, **changes: Any) -> StoreT:
+        fmt = self._format()
+        for option in changes:
+            if option not in fmt.store_options:
+                raise InvalidOptionError(
+                    f"{fmt.title} stores have no option {option!r}: the format cannot honour it",
+                    option=option,
+                    format=fmt.name,
+                )
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone._options = dataclasses.replace(self._options, **changes)
@@ -106,20 +219,29 @@ class Store(ABC):
         return clone
 
     @property
+    def format(self) -> ContainerFormat:
+        """The format this store reads and writes."""
+        return self._format()
+
+    @property
     def options(self) -> StoreOptions:
+        """The store's settings, as the builders left them."""
         return self._options
 
     def with_regex(self: StoreT, pattern: str) -> StoreT:
-        """Keep tensors whose path matches `pattern` (OR with other criteria)."""
+        """Keep tensors whose path matches `pattern` (OR with the other criteria)."""
         return self._with(filter=self._options.filter.with_regex(pattern))
 
     def with_regexes(self: StoreT, patterns: Iterable[str]) -> StoreT:
+        """Keep tensors whose path matches any of `patterns`."""
         return self._with(filter=self._options.filter.with_regexes(patterns))
 
     def with_full_path(self: StoreT, path: str) -> StoreT:
+        """Keep the tensor named exactly `path`."""
         return self._with(filter=self._options.filter.with_full_path(path))
 
     def with_full_paths(self: StoreT, paths: Iterable[str]) -> StoreT:
+        """Keep the tensors named exactly as in `paths`."""
         return self._with(filter=self._options.filter.with_full_paths(paths))
 
     def with_predicate(self: StoreT, predicate: PathPredicate) -> StoreT:
@@ -131,6 +253,7 @@ class Store(ABC):
         return self._with(filter=path_filter)
 
     def match_all(self: StoreT) -> StoreT:
+        """Keep every tensor (a filter that matches everything)."""
         return self._with(filter=self._options.filter.match_all())
 
     def with_key_remapping(self: StoreT, pattern: str, replacement: str) -> StoreT:
@@ -138,6 +261,7 @@ class Store(ABC):
         return self._with(remapper=self._options.remapper.add_pattern(pattern, replacement))
 
     def remap(self: StoreT, remapper: KeyRemapper) -> StoreT:
+        """Replace the remapping rules with `remapper`'s."""
         return self._with(remapper=remapper)
 
     def allow_partial(self: StoreT, allow: bool = True) -> StoreT:
@@ -149,13 +273,24 @@ class Store(ABC):
         return self._with(validate=validate)
 
     def overwrite(self: StoreT, overwrite: bool = True) -> StoreT:
+        """Let a save replace an existing file (atomically); off, it raises instead."""
         return self._with(overwrite=overwrite)
 
-    def metadata(self: StoreT, key: str, value: str) -> StoreT:
-        """Add a metadata pair to saves (same key replaces)."""
+    def with_metadata(self: StoreT, key: str, value: str) -> StoreT:
+        """Add a metadata pair to saves (the same key replaces the earlier value).
+
+        Raises:
+            InvalidOptionError: the key or value is not a `str`.
+        """
         if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidOptionError(f"metadata must be str -> str, got {key!r}: {value!r}")
+            raise InvalidOptionError(
+                f"metadata must be str -> str, got {key!r}: {value!r}", option="metadata"
+            )
         return self._with(metadata={**self._options.metadata, key: value})
+
+    def metadata(self: StoreT, key: str, value: str) -> StoreT:
+        """Alias of `with_metadata`, the name Burn's store uses."""
+        return self.with_metadata(key, value)
 
     def clear_metadata(self: StoreT) -> StoreT:
         """Drop every metadata pair, the defaults included."""
@@ -170,6 +305,8 @@ class Store(ABC):
         return self._with(to_adapter=adapter)
 
     def skip_enum_variants(self: StoreT, skip: bool = True) -> StoreT:
+        """Match file paths without their Burn enum-variant segments (``feature.BaseConv.w`` is
+        looked up as ``feature.w``); two file tensors that would meet then raise."""
         return self._with(skip_enum_variants=skip)
 
     def map_indices_contiguous(self: StoreT, enabled: bool = True) -> StoreT:
@@ -182,24 +319,90 @@ class Store(ABC):
         return self._with(map_indices_contiguous=True, map_indices_except=pattern)
 
     def with_top_level_key(self: StoreT, key: str) -> StoreT:
+        """Read the tensors under `key` of a checkpoint's top-level dict (``"state_dict"``)."""
         return self._with(top_level_key=key)
 
     def auto_extension(self: StoreT, enabled: bool = True) -> StoreT:
+        """Give extensionless paths the format's extension (``model`` -> ``model.bpk``)."""
         return self._with(auto_extension=enabled)
 
     def dedupe_tied(self: StoreT, enabled: bool = True) -> StoreT:
         """Save a tensor tied under several names once, under its first name."""
         return self._with(dedupe_tied=enabled)
 
-    # -- direct access --------------------------------------------------------------------------
+    # -- reading --------------------------------------------------------------------------------
 
-    @abstractmethod
+    def _file_path(self, for_write: bool) -> str:
+        assert self._path is not None
+        fmt = self._format()
+        if "auto_extension" in fmt.store_options and not self._options.auto_extension:
+            return self._path
+        return fmt.path_for_write(self._path) if for_write else fmt.path_for_read(self._path)
+
+    def _open(self) -> Any:
+        """A reader over the store's source, after checking the bytes are this format's."""
+        fmt = self._format()
+        if self._path is not None:
+            filename = self._file_path(for_write=False)
+            head, size = read_probe(filename)
+            self._refuse_foreign(head, size, filename)
+            options = {}
+            if self._options.top_level_key is not None:
+                options["top_level_key"] = self._options.top_level_key
+            return fmt.open_file(filename, **options)
+        if self._static is not None:
+            assert fmt.open_static is not None
+            view = memoryview(self._static).cast("B")
+            self._refuse_foreign(bytes(view[:PROBE_SIZE]), view.nbytes, None)
+            return fmt.open_static(self._static)
+        if self._output is None or self._output.data is None:
+            raise InvalidOptionError("this store has no bytes to read from (save into it first)")
+        assert fmt.open_bytes is not None
+        data = self._output.data
+        self._refuse_foreign(data[:PROBE_SIZE], len(data), None)
+        return fmt.open_bytes(data)
+
+    def _refuse_foreign(self, head: bytes, size: int, path: str | None) -> None:
+        """Name the real format when the bytes are another's: otherwise a SafeTensors store on
+        a ``.pt`` file would report a 578 PB header and advise raising the limit."""
+        fmt = self._format()
+        if fmt.sniff(head, size):
+            return
+        for other, store_type in _STORE_FOR_FORMAT.items():
+            if other != fmt.name and store_type._format().sniff(head, size):
+                raise UnsupportedFormatError(
+                    f"is a {store_type._format().title} file, not a {fmt.title} file; open it "
+                    f"with {store_type.__name__} or Store.from_file, which picks the format",
+                    path=path,
+                    found=other,
+                )
+        what = what_it_is(head, size)
+        if what is not None:  # recognised, but by nobody that reads it as one file
+            raise UnsupportedFormatError(
+                f"is {what}, not a {fmt.title} file", path=path, found="json"
+            )
+
     def _read_snapshots(self) -> list[TensorSnapshot]:
-        """Snapshots as the container names them, before remapping."""
+        """Snapshots as the container names them, in file order, before remapping."""
+        reader = self._open()
+        snapshots = []
+        for name in reader.names_in_file_order():
+            descriptor = reader.descriptor(name)
+            snapshots.append(
+                TensorSnapshot(
+                    tuple(name.split(".")),
+                    descriptor.dtype,
+                    tuple(descriptor.shape),
+                    functools.partial(reader.get, name),
+                    (),
+                    descriptor.param_id,
+                )
+            )
+        return snapshots
 
-    @abstractmethod
-    def _write_snapshots(self, snapshots: Sequence[TensorSnapshot]) -> None:
-        """Save snapshots (already filtered, adapted and renamed)."""
+    def read_metadata(self) -> dict[str, str]:
+        """The source's metadata as strings (PyTorch: the layout's facts)."""
+        return {key: str(value) for key, value in self._open().metadata().items()}
 
     def _index_mapper(self) -> IndexMapper | None:
         if not self._options.map_indices_contiguous:
@@ -230,24 +433,53 @@ class Store(ABC):
         return self._cache
 
     def keys(self) -> list[str]:
+        """The source's tensor names as a load sees them (remapped, renumbered), sorted."""
         return list(self.get_all_snapshots())
 
     def __contains__(self, name: object) -> bool:
         return name in self.get_all_snapshots()
 
     def get_tensor(self, name: str) -> TensorSnapshot | None:
+        """The lazy snapshot of one tensor by its (remapped) name, or None."""
         return self.get_all_snapshots().get(name)
 
     # -- pipelines ------------------------------------------------------------------------------
 
     def collect_from(self, model: object) -> None:
-        """Save `model` into this store (file or memory), filtered, adapted and renamed."""
+        """Save `model` into this store (file or memory), filtered, adapted and renamed.
+
+        Raises:
+            InvalidOptionError: the format is read-only, or the store views a static buffer.
+            DestinationExistsError: the file exists and `overwrite` is off.
+        """
         options = self._options
         snapshots = collect(
             model, options.filter, options.to_adapter, dedupe_tied=options.dedupe_tied
         )
         self._cache = None
         self._write_snapshots(self._remapped(snapshots))
+
+    def _write_snapshots(self, snapshots: Sequence[TensorSnapshot]) -> None:
+        fmt = self._format()
+        if fmt.writer is None:
+            raise InvalidOptionError(
+                f"saving to {fmt.title} format is not supported; save with BurnpackStore or "
+                "SafetensorsStore",
+                format=fmt.name,
+            )
+        entries = [
+            TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
+        ]
+        writer = fmt.writer(entries, self._options.metadata)
+        if self._path is not None:
+            # The store has already applied the extension rule (or auto_extension(False)).
+            write_atomic(
+                self._file_path(for_write=True), writer.write_to, overwrite=self._options.overwrite
+            )
+        elif self._output is not None:
+            self._output.data = writer.to_bytes()
+        else:
+            raise InvalidOptionError("a static buffer store is read-only")
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
         """Load this store into `model`, raising `LoadFailedError` as the options say."""
@@ -276,13 +508,41 @@ class Store(ABC):
         return result
 
     def get_bytes(self) -> bytes:
-        """What the last save into a memory-backed store wrote."""
+        """What the last save into a memory-backed store wrote.
+
+        Raises:
+            InvalidOptionError: the store is file-backed or nothing was saved yet.
+        """
         if self._output is None or self._output.data is None:
             raise InvalidOptionError("this store holds no bytes (it is file-backed or unsaved)")
         return self._output.data
 
-    def _target_path(self, extension: str | None) -> str:
-        assert self._path is not None
-        if extension and self._options.auto_extension and not os.path.splitext(self._path)[1]:
-            return f"{self._path}.{extension}"
-        return self._path
+    def __repr__(self) -> str:
+        source = self._path if self._path is not None else "<memory>"
+        return f"{type(self).__name__}({source!r})"
+
+
+def _format_of_path(path: str) -> ContainerFormat:
+    """The format of an existing file (from its bytes; Burn's extension rule included), or the
+    one its extension names when it does not exist yet."""
+    candidates = [path] + [
+        fmt.path_for_read(path) for fmt in FORMATS if fmt.default_extension is not None
+    ]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return detect_format(candidate)
+    fmt = format_for_name(path)
+    if fmt is None:
+        raise UnsupportedFormatError(
+            "does not exist and its extension names no format; use a declared store "
+            "(BurnpackStore, SafetensorsStore) or one of the extensions "
+            + ", ".join(sorted({f".{f.extensions[0]}" for f in FORMATS})),
+            path=path,
+        )
+    return fmt
+
+
+def _format_of_bytes(data: Buffer) -> ContainerFormat:
+    view = memoryview(data).cast("B")
+    return detect_format_of_bytes(bytes(view[:PROBE_SIZE]), view.nbytes)
+

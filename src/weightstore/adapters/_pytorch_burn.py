@@ -1,4 +1,4 @@
-"""PyTorch <-> Burn layout adapters: Linear weights transposed, norm parameters renamed.
+"""PyTorch <-> Burn adapters: Linear weights transposed, norm parameters renamed.
 
 torch stores a Linear weight as ``[d_out, d_in]``, Burn as ``[d_in, d_out]``; the transpose is
 its own inverse, so both directions transpose. Norm layers call their parameters ``weight`` and
@@ -27,6 +27,7 @@ _BURN_TO_TORCH_NAMES = {"gamma": "weight", "beta": "bias"}
 
 
 def _transposed(snapshot: TensorSnapshot) -> TensorSnapshot:
+    """`snapshot` with its 2-D shape swapped and a loader that transposes when called."""
     load = snapshot.load
 
     def transpose() -> np.ndarray[Any, Any]:
@@ -36,13 +37,16 @@ def _transposed(snapshot: TensorSnapshot) -> TensorSnapshot:
     return dataclasses.replace(snapshot, shape=(cols, rows), load=transpose)
 
 
-class _LayoutAdapter(Adapter):
-    """The shared core: transpose Linear weights, rename norm parameters by a table."""
+class _PyTorchBurnAdapter(Adapter):
+    """The shared core of both directions: transpose Linear weights, rename norm parameters by
+    a table. Subclasses give the tables; the transpose is its own inverse."""
 
     renames: ClassVar[dict[str, str]] = {}
     alternatives: ClassVar[dict[str, str]] = {}
 
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
+        """A 2-D Linear ``weight`` transposed, a norm parameter renamed by `renames`; any other
+        snapshot (or one with no known module type) unchanged."""
         module_type = burn_module_type(snapshot.module_type)
         if module_type is None or not snapshot.path:
             return snapshot
@@ -54,6 +58,7 @@ class _LayoutAdapter(Adapter):
         return snapshot
 
     def alternative_name(self, name: str, module_type: str | None) -> str | None:
+        """The other framework's name for a norm parameter (by `alternatives`), else None."""
         if burn_module_type(module_type) in NORMALIZATION_TYPES:
             return self.alternatives.get(name)
         return None
@@ -62,7 +67,7 @@ class _LayoutAdapter(Adapter):
         return f"{type(self).__name__}()"
 
 
-class PyTorchToBurnAdapter(_LayoutAdapter):
+class PyTorchToBurnAdapter(_PyTorchBurnAdapter):
     """torch tensors into Burn's layout: use as the to-adapter when saving a torch model for
     Burn (``fc.weight`` transposed, ``norm.weight`` -> ``norm.gamma``)."""
 
@@ -70,7 +75,7 @@ class PyTorchToBurnAdapter(_LayoutAdapter):
     alternatives = _BURN_TO_TORCH_NAMES  # a Burn-named target looks for torch's name
 
 
-class BurnToPyTorchAdapter(_LayoutAdapter):
+class BurnToPyTorchAdapter(_PyTorchBurnAdapter):
     """Burn tensors into torch's layout: use as the from-adapter when loading a Burn file into
     a torch model (a torch ``norm.weight`` is found under Burn's ``norm.gamma``)."""
 

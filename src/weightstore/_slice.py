@@ -22,15 +22,47 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from weightstore._bytesource import ByteSource
+from weightstore.dtypes import DType
 from weightstore.errors import DTypeError, SliceError
-from weightstore.safetensors._layout import TensorDescriptor
 
-__all__ = ["ReadPlan", "TensorSlice", "normalize_key", "plan_reads", "view_as_array"]
+__all__ = [
+    "ReadPlan",
+    "SliceableDescriptor",
+    "TensorSlice",
+    "normalize_key",
+    "plan_reads",
+    "view_as_array",
+]
+
+
+class SliceableDescriptor(Protocol):
+    """What slicing needs to know of a tensor: its name, dtype, shape and byte span."""
+
+    @property
+    def name(self) -> str:
+        """The tensor's name, for errors."""
+        ...
+
+    @property
+    def dtype(self) -> DType:
+        """The stored element type."""
+        ...
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Dimensions, outermost first."""
+        ...
+
+    @property
+    def data_offsets(self) -> tuple[int, int]:
+        """Start and end of the tensor's bytes, relative to the data start."""
+        ...
+
 
 Selection = int | range  # an int removes its axis from the result, a range keeps it
 
@@ -185,7 +217,9 @@ class TensorSlice:
         >>> rows = reader.get_slice("embed.weight")[1000:2000]  # doctest: +SKIP
     """
 
-    def __init__(self, source: ByteSource, data_start: int, descriptor: TensorDescriptor) -> None:
+    def __init__(
+        self, source: ByteSource, data_start: int, descriptor: SliceableDescriptor
+    ) -> None:
         numpy_dtype = descriptor.dtype.numpy
         if numpy_dtype is None:
             raise DTypeError(
@@ -201,6 +235,7 @@ class TensorSlice:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The whole tensor's dimensions, before any index is applied."""
         return self.descriptor.shape
 
     @property

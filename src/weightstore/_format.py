@@ -1,0 +1,174 @@
+"""What a container format says about itself, once: the `ContainerFormat` record.
+
+Each container package (`burnpack`, `safetensors`, `pytorch_reader`) builds one record, its
+``FORMAT``: its names, how to recognise its bytes, its extension rule, how to open a reader or
+build a writer, and which store options it can honour. Everything above the containers (the
+format registry, stores, the CLI) asks the record instead of keeping its own copy of a fact, so
+changing a rule of one format touches one folder.
+
+The extension rule lives here because it is the same shape for every format and differs only
+in its data: a format with a `default_extension` (burnpack, as in Burn) gives extensionless
+paths that extension; the others take paths as written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Protocol
+
+from weightstore.dtypes import DType
+
+__all__ = [
+    "LOAD_OPTIONS",
+    "PROBE_SIZE",
+    "SAVE_OPTIONS",
+    "ContainerFormat",
+    "TensorInfo",
+    "TensorReader",
+    "path_for_read",
+    "path_for_write",
+]
+
+PROBE_SIZE: Final = 512  # bytes a sniffer sees: enough for a tar header's "ustar" at 257
+
+# Store options every readable format honours: they act on names and the model, not on bytes.
+LOAD_OPTIONS: Final = frozenset({
+    "filter", "remapper", "from_adapter", "allow_partial", "validate", "skip_enum_variants",
+    "map_indices_contiguous", "map_indices_except",
+})  # fmt: skip
+# Store options that only make sense for a format weightstore can write.
+SAVE_OPTIONS: Final = frozenset({"to_adapter", "overwrite", "metadata", "dedupe_tied"})
+
+
+
+class TensorInfo(Protocol):
+    """What a reader says about one tensor before reading it."""
+
+    @property
+    def dtype(self) -> DType:
+        """The stored element type."""
+        ...
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Dimensions, outermost first."""
+        ...
+
+    @property
+    def param_id(self) -> int | None:
+        """Burn's parameter id where the format records one, else None."""
+        ...
+
+
+class TensorReader(Protocol):
+    """The one protocol every container reader follows, so callers need not know which they
+    hold. Readers open with their format's ``from_file`` (`ContainerFormat.open_file`)."""
+
+    def names(self) -> list[str]:
+        """Every tensor name (burnpack, SafeTensors: sorted; PyTorch: pickle order)."""
+        ...
+
+    def names_in_file_order(self) -> list[str]:
+        """Tensor names in the order their bytes lie: reading in this order streams the file."""
+        ...
+
+    def descriptor(self, name: str) -> TensorInfo:
+        """Dtype, shape and param id of one tensor, read from the header only."""
+        ...
+
+    def get(self, name: str) -> Any:
+        """One tensor as a NumPy array, a zero-copy view where the bytes allow."""
+        ...
+
+    def get_slice(self, name: str) -> Any:
+        """An object to index like an array (``[a:b, ::2]``), returning a NumPy array."""
+        ...
+
+    def metadata(self) -> Mapping[str, object]:
+        """What the file says about itself (string pairs; PyTorch: its layout's facts)."""
+        ...
+
+    def close(self) -> None:
+        """Release the file; arrays already handed out stay valid."""
+        ...
+
+    def __contains__(self, name: object) -> bool: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+Sniff = Callable[[bytes, int], bool]  # (first bytes, total size) -> is it this format?
+
+
+def path_for_read(path: str | os.PathLike[str], default_extension: str | None) -> str:
+    """The file a read of `path` opens: Burn's rule, ``.<ext>`` appended to a path that has no
+    extension and does not exist; any other path as written."""
+    filename = os.fspath(path)
+    if default_extension is None or os.path.splitext(filename)[1] or os.path.exists(filename):
+        return filename
+    return f"{filename}.{default_extension}"
+
+
+def path_for_write(path: str | os.PathLike[str], default_extension: str | None) -> str:
+    """The file a save to `path` writes: ``.<ext>`` appended when the name has no extension."""
+    filename = os.fspath(path)
+    if default_extension is None or os.path.splitext(filename)[1]:
+        return filename
+    return f"{filename}.{default_extension}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFormat:
+    """One container format, described once.
+
+    Attributes:
+        name: the short name used in code, JSON output and ``--format`` (``"safetensors"``).
+        title: how messages spell it (``"SafeTensors"``).
+        extensions: file suffixes it is written with, without the dot, the usual one first.
+        default_extension: appended to extensionless paths (`path_for_read`/`path_for_write`),
+            or None to take paths as written.
+        sniff: tells the format from a file's first `PROBE_SIZE` bytes and its total size.
+        open_file: opens a reader on a path (keyword options passed through).
+        open_bytes: opens a reader on bytes held in memory, or None if the format cannot.
+        open_static: opens a reader viewing a caller's buffer in place, or None.
+        writer: builds a writer from ``(entries, metadata)`` for a store save, or None for a
+            read-only format.
+        store_options: the store options this format honours; a store refuses the others.
+    """
+
+    name: str
+    title: str
+    extensions: tuple[str, ...]
+    sniff: Sniff
+    open_file: Callable[..., TensorReader]
+    default_extension: str | None = None
+    open_bytes: Callable[[bytes], TensorReader] | None = None
+    open_static: Callable[[Any], TensorReader] | None = None
+    writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None = None
+    store_options: frozenset[str] = field(default=LOAD_OPTIONS)
+
+    @property
+    def writable(self) -> bool:
+        """Whether weightstore can write this format."""
+        return self.writer is not None
+
+    def path_for_read(self, path: str | os.PathLike[str]) -> str:
+        """The file a read of `path` opens under this format's extension rule."""
+        return path_for_read(path, self.default_extension)
+
+    def path_for_write(self, path: str | os.PathLike[str]) -> str:
+        """The file a save to `path` writes under this format's extension rule."""
+        return path_for_write(path, self.default_extension)
+
+    def __repr__(self) -> str:
+        return f"<ContainerFormat {self.name}>"

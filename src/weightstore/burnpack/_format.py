@@ -1,0 +1,45 @@
+"""The burnpack entry of the format registry: everything outside this folder asks `FORMAT`."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Iterable, Mapping
+
+from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.burnpack._layout import EXTENSION, MAGIC_BYTES
+from weightstore.burnpack._reader import BurnpackReader
+from weightstore.burnpack._writer import BurnpackWriter
+from weightstore.entry import TensorEntry
+
+__all__ = ["FORMAT"]
+
+
+def _sniff(head: bytes, size: int) -> bool:
+    return head[: len(MAGIC_BYTES)] == MAGIC_BYTES
+
+
+def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -> BurnpackWriter:
+    """A writer for a store save. Burn writes a param_id for every tensor, so a tensor whose
+    source has none (a NumPy array, a SafeTensors file) gets a fresh random one."""
+    with_ids = [
+        entry if entry.param_id is not None
+        else dataclasses.replace(entry, param_id=secrets.randbits(64))
+        for entry in entries
+    ]  # fmt: skip
+    return BurnpackWriter(with_ids, metadata)
+
+
+# This format as the registry (weightstore.formats) and the stores see it.
+FORMAT = ContainerFormat(
+    name="burnpack",
+    title="burnpack",
+    extensions=(EXTENSION,),
+    default_extension=EXTENSION,
+    sniff=_sniff,
+    open_file=BurnpackReader.from_file,
+    open_bytes=BurnpackReader.from_bytes,
+    open_static=BurnpackReader.from_static,
+    writer=_store_writer,
+    store_options=LOAD_OPTIONS | SAVE_OPTIONS | {"auto_extension"},
+)

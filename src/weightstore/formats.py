@@ -1,0 +1,121 @@
+"""The format registry: every container format weightstore reads, and telling them apart.
+
+Each container package describes itself once in its ``FORMAT`` record (`ContainerFormat`);
+this module lists those records and answers the questions that span formats: which format a
+file's bytes are (extensions lie: ``.bin`` holds anything, ``.pt`` files are renamed zips),
+which format a file name suggests for a file not yet written, and what to tell someone who
+opened a file with the wrong reader. Adding a format is one folder and one entry in `FORMATS`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore._format import PROBE_SIZE, ContainerFormat, TensorReader
+from weightstore.errors import UnsupportedFormatError
+
+__all__ = [
+    "FORMATS",
+    "ContainerFormat",
+    "detect_format",
+    "detect_format_of_bytes",
+    "format_for_name",
+    "format_named",
+    "open_reader",
+    "read_probe",
+    "what_it_is",
+]
+
+FORMATS: tuple[ContainerFormat, ...] = (burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT)
+"""Every registered format, in sniff order. Burnpack's 4-byte magic is exact. SafeTensors comes
+before PyTorch: one SafeTensors file in 256 has a header length whose low byte is 0x80, which
+is also how a pickle starts, while no PyTorch file has "{" at byte 8 after a length that fits."""
+
+_BY_NAME = {fmt.name: fmt for fmt in FORMATS}
+_BY_EXTENSION = {ext: fmt for fmt in FORMATS for ext in fmt.extensions}
+assert len(_BY_NAME) == len(FORMATS), "format names must be unique"
+assert len(_BY_EXTENSION) == sum(len(f.extensions) for f in FORMATS), "extensions are unique"
+
+
+def format_named(name: str) -> ContainerFormat:
+    """The format called `name` (``"burnpack"``, ``"safetensors"``, ``"pytorch"``).
+
+    Raises:
+        UnsupportedFormatError: no format has that name; the message lists those that do.
+    """
+    fmt = _BY_NAME.get(name)
+    if fmt is None:
+        known = ", ".join(_BY_NAME)
+        raise UnsupportedFormatError(f"no format is called {name!r}; known formats: {known}")
+    return fmt
+
+
+def format_for_name(path: str | os.PathLike[str]) -> ContainerFormat | None:
+    """The format a file name's extension suggests (for a file not written yet), or None."""
+    extension = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
+    return _BY_EXTENSION.get(extension)
+
+
+def what_it_is(head: bytes, size: int) -> str | None:
+    """A short description of what a file is, from its first bytes: one of our formats, a
+    sharded checkpoint's JSON index, or None when nothing is recognised."""
+    for fmt in FORMATS:
+        if fmt.sniff(head, size):
+            return f"a {fmt.title} file"
+    if head.lstrip()[:1] == b"{":
+        return "a JSON file (a sharded checkpoint's index?)"
+    return None
+
+
+def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> ContainerFormat:
+    """The format whose signature `head` (a file's first `PROBE_SIZE` bytes) carries.
+
+    Args:
+        head: the file's first bytes.
+        size: the file's total size in bytes (the SafeTensors test needs it).
+        name: the file, named in the error.
+
+    Raises:
+        UnsupportedFormatError: no format recognises the bytes.
+    """
+    for fmt in FORMATS:
+        if fmt.sniff(head, size):
+            return fmt
+    what = what_it_is(head, size)
+    if what is not None:
+        detail = f"{what}, which weightstore does not read as one checkpoint"
+    else:
+        detail = f"not a burnpack, SafeTensors or PyTorch file (starts with {head[:8].hex(' ')})"
+    raise UnsupportedFormatError(detail, path=name)
+
+
+def read_probe(path: str | os.PathLike[str]) -> tuple[bytes, int]:
+    """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at."""
+    with open(path, "rb") as file:
+        return file.read(PROBE_SIZE), os.fstat(file.fileno()).st_size
+
+
+def detect_format(path: str | os.PathLike[str]) -> ContainerFormat:
+    """The format of the file at `path`, read from its first bytes, not its name.
+
+    Raises:
+        UnsupportedFormatError: no format recognises the bytes.
+        OSError: the file cannot be read.
+    """
+    head, size = read_probe(path)
+    return detect_format_of_bytes(head, size, os.fspath(path))
+
+
+def open_reader(path: str | os.PathLike[str], **options: Any) -> TensorReader:
+    """A reader for the file at `path`, of whichever format its bytes are.
+
+    Every reader follows one protocol: `names()`, `get(name)`, `get_slice(name)`,
+    `metadata()`, and use as a context manager.
+
+    Example:
+        >>> with open_reader("model.safetensors") as reader:  # doctest: +SKIP
+        ...     weight = reader.get("fc1.weight")
+    """
+    return detect_format(path).open_file(path, **options)

@@ -1,0 +1,50 @@
+"""The SafeTensors entry of the format registry: everything outside this folder asks `FORMAT`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.dtypes import from_name
+from weightstore.entry import TensorEntry
+from weightstore.safetensors._layout import EXTENSION, HEADER_SIZE_FIELD, PREFIX_SIZE
+from weightstore.safetensors._reader import SafetensorsReader
+from weightstore.safetensors._writer import SafetensorsWriter
+
+__all__ = ["FORMAT"]
+
+
+def _sniff(head: bytes, size: int) -> bool:
+    """A u64 header length that fits the file, then the JSON object's opening brace."""
+    if len(head) <= PREFIX_SIZE or head[PREFIX_SIZE : PREFIX_SIZE + 1] != b"{":
+        return False
+    (header_size,) = HEADER_SIZE_FIELD.unpack(head[:PREFIX_SIZE])
+    return bool(PREFIX_SIZE + header_size <= size)
+
+
+def _store_writer(
+    entries: Iterable[TensorEntry], metadata: Mapping[str, str]
+) -> SafetensorsWriter:
+    """A writer for a store save. Burn's Flex32 has no SafeTensors name; Burn writes it as F32,
+    whose bytes it shares."""
+    flex32, f32 = from_name("FLEX32"), from_name("F32")
+    plain = [
+        dataclasses.replace(entry, dtype=f32) if entry.dtype == flex32 else entry
+        for entry in entries
+    ]
+    return SafetensorsWriter(plain, metadata)
+
+
+# This format as the registry (weightstore.formats) and the stores see it.
+FORMAT = ContainerFormat(
+    name="safetensors",
+    title="SafeTensors",
+    extensions=(EXTENSION,),
+    sniff=_sniff,
+    open_file=SafetensorsReader.from_file,
+    open_bytes=SafetensorsReader.from_bytes,
+    open_static=SafetensorsReader.from_static,
+    writer=_store_writer,
+    store_options=LOAD_OPTIONS | SAVE_OPTIONS,
+)

@@ -1,0 +1,51 @@
+"""The declared stores: one per registered format, each fixing the format and its defaults.
+
+Everything a store does lives in `Store`; these only say which `FORMAT` record they stand
+for and where their defaults depart from the base (Burn's store defaults, which differ per
+format). Departures from Burn, all deliberate: an empty filter means "no filter" everywhere,
+invalid regexes raise at once, remapping applies to burnpack saves too, and the PyTorch store's
+from-adapter is the identity, since our models are PyTorch already.
+"""
+
+from __future__ import annotations
+
+from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore.stores._base import Store, StoreOptions
+
+__all__ = ["BurnpackStore", "PytorchStore", "SafetensorsStore"]
+
+
+class BurnpackStore(Store):
+    """Burn's `.bpk` files, in a file, in memory, or viewed in place; loads and saves.
+
+    A path without an extension means ``<path>.bpk``, as in Burn (`auto_extension`).
+
+    Example:
+        >>> BurnpackStore.from_file("model").allow_partial().apply_to(model)  # doctest: +SKIP
+    """
+
+    FORMAT = burnpack.FORMAT
+
+
+class SafetensorsStore(Store):
+    """SafeTensors files, in a file or in memory, interchangeable with the safetensors package.
+
+    Paths are taken as written.
+    """
+
+    FORMAT = safetensors.FORMAT
+
+
+class PytorchStore(Store):
+    """PyTorch `.pt`/`.pth`/`.bin` checkpoints, read without torch; load only.
+
+    Defaults as Burn's: contiguous index mapping and enum-variant skipping are on, since
+    `nn.Sequential` numbering leaves gaps and torch paths carry no enum variants.
+    """
+
+    FORMAT = pytorch_reader.FORMAT
+
+    @classmethod
+    def _defaults(cls) -> StoreOptions:
+        return StoreOptions(map_indices_contiguous=True, skip_enum_variants=True)
+
