@@ -3,10 +3,10 @@
 Each test mirrors a Rust test of tracel-ai/burn, ``crates/burn-store/pytorch-tests/tests/<case>``
 (the files in shared/fixtures/burn, with the outputs Burn's tests list): the same layers, the
 same input, and the output Burn asserts with Burn's tolerance, so a number here is Burn's, never
-ours. The twins are written for torch: a Burn ``Vec<M>`` is an ``nn.ModuleList``, a Burn enum module is the
-variant's own module, and batch norm runs in eval mode (Burn's inference backend). Where Burn
-ignores a tensor torch keeps (``num_batches_tracked`` is a torch buffer) the report shows it
-applied. The fixtures live in ``../shared``; every test skips when that folder is absent.
+ours. The twins are written for torch: a Burn ``Vec<M>`` is an ``nn.ModuleList``, a Burn enum
+module is the variant's own module, and batch norm runs in eval mode (Burn's inference backend).
+Where Burn ignores a tensor torch keeps (``num_batches_tracked`` is a torch buffer) the report
+shows it applied. The fixtures live in ``../shared``; every test skips when that folder is absent.
 """
 
 from __future__ import annotations
