@@ -80,3 +80,16 @@ def test_import_does_not_import_torch() -> None:
     code = "import sys, weightstore, weightstore.cli; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_import_does_not_load_the_pickle_machine() -> None:
+    # The registry imports the PyTorch reader's package for its FORMAT on every import; the
+    # reader itself (machine, opcode table) loads only when a checkpoint is opened.
+    code = (
+        "import sys, weightstore; "
+        "print(any(m.startswith('weightstore.pytorch_reader._') and m != "
+        "'weightstore.pytorch_reader._format' and m != 'weightstore.pytorch_reader._layout' "
+        "for m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -67,6 +67,16 @@ def test_store_from_file_follows_burns_extension_rule(tmp_path: Path) -> None:
     assert type(store) is BurnpackStore and store.keys() == ["w"]
 
 
+def test_a_file_named_without_extension_opens_as_the_reader_opens_it(tmp_path: Path) -> None:
+    # Before, BurnpackReader.from_file("c") opened c while BurnpackStore.from_file("c") looked
+    # for c.bpk: one rule now serves reader, writer and store.
+    exact = tmp_path / "c"
+    exact.write_bytes(burnpack.write_bytes([TensorEntry.from_array("w", WEIGHT)]))
+    assert BurnpackStore.from_file(exact).keys() == ["w"]
+    with burnpack.BurnpackReader.from_file(exact) as pack:
+        assert pack.names() == ["w"]
+
+
 def test_store_from_bytes_picks_the_format() -> None:
     data = safetensors.write_bytes([TensorEntry.from_array("w", WEIGHT)])
     assert type(Store.from_bytes(data)) is SafetensorsStore

@@ -22,6 +22,9 @@ The reader and its parts import nothing from weightstore but `dtypes`, `errors` 
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from weightstore.pytorch_reader._format import FORMAT
 from weightstore.pytorch_reader._layout import (
     DEFAULT_LIMITS,
@@ -35,10 +38,41 @@ from weightstore.pytorch_reader._layout import (
     MAX_STORAGE_COUNT,
     Limits,
 )
-from weightstore.pytorch_reader._objects import GlobalRef, InertObject, TorchDevice, TorchDType
-from weightstore.pytorch_reader._opcodes import OPCODES, Opcode, iter_ops
-from weightstore.pytorch_reader._reader import PytorchMetadata, PytorchReader
-from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
+
+if TYPE_CHECKING:
+    from weightstore.pytorch_reader._objects import (
+        GlobalRef,
+        InertObject,
+        TorchDevice,
+        TorchDType,
+    )
+    from weightstore.pytorch_reader._opcodes import OPCODES, Opcode, iter_ops
+    from weightstore.pytorch_reader._reader import PytorchMetadata, PytorchReader
+    from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
+
+# The reader itself (pickle machine, opcode table, archive loaders) loads on first use: the
+# format registry imports this package for `FORMAT` on every ``import weightstore``, and most
+# programs never open a checkpoint.
+_LAZY = {
+    "GlobalRef": "_objects", "InertObject": "_objects", "TorchDevice": "_objects",
+    "TorchDType": "_objects", "OPCODES": "_opcodes", "Opcode": "_opcodes",
+    "iter_ops": "_opcodes", "PytorchMetadata": "_reader", "PytorchReader": "_reader",
+    "LazyTensor": "_tensors", "TensorSlice": "_tensors", "UnreadableTensor": "_tensors",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -5,7 +5,7 @@ PyTorch checkpoints are read only: weightstore never writes pickles.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat
 from weightstore.pytorch_reader._layout import (
@@ -15,7 +15,9 @@ from weightstore.pytorch_reader._layout import (
     TAR_MAGIC_OFFSET,
     ZIP_MAGIC,
 )
-from weightstore.pytorch_reader._reader import PytorchReader
+
+if TYPE_CHECKING:
+    from weightstore.pytorch_reader._reader import PytorchReader
 
 __all__ = ["FORMAT"]
 
@@ -34,7 +36,9 @@ def _sniff(head: bytes, size: int) -> bool:
 
 
 def _open_file(path: Any, **options: Any) -> PytorchReader:
-    return PytorchReader(path, **options)
+    from weightstore.pytorch_reader._reader import PytorchReader  # the reader loads on use
+
+    return PytorchReader.from_file(path, **options)
 
 
 # This format as the registry (weightstore.formats) and the stores see it.
