@@ -7,16 +7,57 @@ live here once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+import numpy as np
 
 from weightstore._bytesource import ByteSource, MemorySource
-from weightstore.errors import TensorNotFoundError
+from weightstore.dtypes import DType
+from weightstore.errors import DescriptorError, DTypeError, TensorNotFoundError
 
-__all__ = ["ContainerReader"]
+__all__ = ["MAX_U64", "ContainerReader", "is_u64", "parse_shape_and_offsets"]
+
+MAX_U64: Final = 2**64 - 1  # both headers store shapes and offsets as u64 (Rust usize)
+
+
+def is_u64(value: object) -> bool:
+    """A plain `int` (not a bool) that fits a u64."""
+    return type(value) is int and 0 <= value <= MAX_U64
+
+
+def parse_shape_and_offsets(
+    fields: Mapping[str, Any], path: str | None, name: str
+) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """A descriptor's ``shape`` and ``data_offsets``, checked as both formats require: a list
+    of u64, and a pair of u64 whose end is not before its start.
+
+    Raises:
+        DescriptorError: either field is malformed; names the tensor.
+    """
+    shape = fields.get("shape")
+    if not isinstance(shape, list) or not all(is_u64(dim) for dim in shape):
+        raise DescriptorError(
+            f"shape {shape!r} is not a list of non-negative integers", path=path, tensor=name
+        )
+    offsets = fields.get("data_offsets")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(is_u64, offsets)):
+        raise DescriptorError(
+            f"data_offsets {offsets!r} is not a pair of non-negative integers",
+            path=path,
+            tensor=name,
+        )
+    start, end = offsets
+    if end < start:
+        raise DescriptorError(
+            f"data_offsets end {end:,} is before start {start:,}", path=path, tensor=name
+        )
+    return tuple(shape), (start, end)
 
 
 class _Descriptor(Protocol):
+    @property
+    def dtype(self) -> DType: ...
     @property
     def data_offsets(self) -> tuple[int, int]: ...
 
@@ -100,6 +141,14 @@ class ContainerReader(Generic[DescriptorT]):
             return self.descriptors[name]
         except KeyError:
             raise TensorNotFoundError(name, path=self.path, known=len(self.descriptors)) from None
+
+    def _numpy_dtype(self, name: str) -> np.dtype[Any]:
+        """The NumPy dtype tensor `name` reads as; `DTypeError` for dtypes NumPy lacks."""
+        dtype = self.descriptor(name).dtype
+        if dtype.numpy is None:
+            what = f"dtype {dtype.name} has no NumPy form; use get_bytes()"
+            raise DTypeError(what, path=self.path, tensor=name)
+        return dtype.numpy
 
     def get_bytes(self, name: str) -> memoryview:
         """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._format import path_for_read
-from weightstore._reader_base import ContainerReader
+from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets
 from weightstore._slice import TensorSlice
 from weightstore.burnpack._layout import (
     EXTENSION,
@@ -29,7 +29,6 @@ from weightstore.burnpack._layout import (
     MAX_METADATA_SIZE,
     MAX_TENSOR_COUNT,
     MAX_TENSOR_SIZE,
-    MAX_U64,
     SCALAR_KINDS,
     Scalar,
     TensorDescriptor,
@@ -180,13 +179,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         Bools stored as u8/u32 words come back as ``bool`` arrays (a copy).
         """
         descriptor = self.descriptor(name)
-        numpy_dtype = descriptor.dtype.numpy
-        if numpy_dtype is None:
-            raise DTypeError(
-                f"dtype {descriptor.dtype.name} has no NumPy form; use get_bytes()",
-                path=self.path,
-                tensor=name,
-            )
+        numpy_dtype = self._numpy_dtype(name)
         array = np.frombuffer(self.get_bytes(name), dtype=numpy_dtype).reshape(descriptor.shape)
         if descriptor.dtype.kind == "b" and numpy_dtype != np.bool_:
             words: np.ndarray[Any, Any] = np.not_equal(array, 0)
@@ -232,10 +225,6 @@ def _parse_scalars(value: object, path: str | None) -> dict[str, Scalar]:
     return scalars
 
 
-def _is_u64(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_U64
-
-
 def _parse_descriptors(
     top: Mapping[str, Any], path: str | None, max_count: int, max_tensor_size: int
 ) -> dict[str, TensorDescriptor]:
@@ -263,26 +252,18 @@ def _parse_descriptor(
         dtype = from_burnpack(fields.get("dtype"))
     except DTypeError:
         raise fail(f"dtype {fields.get('dtype')!r} is not a burnpack dtype") from None
-    shape = fields.get("shape")
-    if not isinstance(shape, list) or not all(_is_u64(dim) for dim in shape):
-        raise fail(f"shape {shape!r} is not a list of non-negative integers")
-    offsets = fields.get("data_offsets")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_u64, offsets)):
-        raise fail(f"data_offsets {offsets!r} is not a pair of non-negative integers")
-    start, end = offsets
-    if end < start:
-        raise fail(f"data_offsets end {end:,} is before start {start:,}")
+    shape, (start, end) = parse_shape_and_offsets(fields, path, name)
     if end - start > max_tensor_size:
         raise LimitExceeded("tensor size", end - start, max_tensor_size, path=path, tensor=name)
     param_id = fields.get("param_id")
-    if param_id is not None and not _is_u64(param_id):
+    if param_id is not None and not is_u64(param_id):
         raise fail(f"param_id {param_id!r} is not a u64")
     scheme = fields["dtype"]["QFloat"] if dtype.kind == "q" else None
     # QFloat lengths follow the quantization scheme's packing, which Burn's writer does not
     # check either; they are bounded by the layout checks only.
-    if scheme is None and dtype.nbytes(tuple(shape)) != end - start:
+    if scheme is None and dtype.nbytes(shape) != end - start:
         raise fail(
-            f"data_offsets span {end - start:,} bytes, but shape {shape} of {dtype.name} "
-            f"needs {dtype.nbytes(tuple(shape)):,}"
+            f"data_offsets span {end - start:,} bytes, but shape {list(shape)} of {dtype.name} "
+            f"needs {dtype.nbytes(shape):,}"
         )
-    return TensorDescriptor(name, dtype, tuple(shape), (start, end), param_id, scheme)
+    return TensorDescriptor(name, dtype, shape, (start, end), param_id, scheme)

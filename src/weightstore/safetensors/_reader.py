@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
-from weightstore._reader_base import ContainerReader
+from weightstore._reader_base import ContainerReader, parse_shape_and_offsets
 from weightstore._slice import TensorSlice, view_as_array
 from weightstore.dtypes import DType, from_safetensors
 from weightstore.errors import (
@@ -29,7 +29,6 @@ from weightstore.errors import (
 from weightstore.safetensors._layout import (
     HEADER_SIZE_FIELD,
     MAX_HEADER_SIZE,
-    MAX_U64,
     METADATA_KEY,
     PREFIX_SIZE,
     JsonObject,
@@ -122,15 +121,8 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
             TensorNotFoundError: no tensor of that name.
             DTypeError: the dtype has no NumPy form (F4, F6_*); use `get_bytes`.
         """
-        descriptor = self.descriptor(name)
-        numpy_dtype = descriptor.dtype.numpy
-        if numpy_dtype is None:
-            raise DTypeError(
-                f"dtype {descriptor.dtype.name} has no NumPy form; use get_bytes()",
-                path=self.path,
-                tensor=name,
-            )
-        return view_as_array(self.get_bytes(name), numpy_dtype, descriptor.shape)
+        numpy_dtype = self._numpy_dtype(name)
+        return view_as_array(self.get_bytes(name), numpy_dtype, self.descriptor(name).shape)
 
     def get_slice(self, name: str) -> TensorSlice:
         """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
@@ -179,10 +171,6 @@ def _parse_metadata(value: object, path: str | None) -> dict[str, str]:
     return metadata
 
 
-def _is_u64(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_U64
-
-
 def _fields(name: str, value: object, path: str | None) -> dict[str, Any]:
     if not isinstance(value, JsonObject):
         raise DescriptorError("descriptor is not a JSON object", path=path, tensor=name)
@@ -204,25 +192,9 @@ def _parse_descriptor(name: str, value: object, path: str | None) -> TensorDescr
         raise DescriptorError(
             f"dtype {fields.get('dtype')!r} is not a SafeTensors dtype", path=path, tensor=name
         ) from None
-    shape = fields.get("shape")
-    if not isinstance(shape, list) or not all(_is_u64(dim) for dim in shape):
-        raise DescriptorError(
-            f"shape {shape!r} is not a list of non-negative integers", path=path, tensor=name
-        )
-    offsets = fields.get("data_offsets")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_u64, offsets)):
-        raise DescriptorError(
-            f"data_offsets {offsets!r} is not a pair of non-negative integers",
-            path=path,
-            tensor=name,
-        )
-    start, end = offsets
-    if end < start:
-        raise DescriptorError(
-            f"data_offsets end {end:,} is before start {start:,}", path=path, tensor=name
-        )
-    _validate_length(name, dtype, tuple(shape), end - start, path)
-    return TensorDescriptor(name, dtype, tuple(shape), (start, end))
+    shape, (start, end) = parse_shape_and_offsets(fields, path, name)
+    _validate_length(name, dtype, shape, end - start, path)
+    return TensorDescriptor(name, dtype, shape, (start, end))
 
 
 def _validate_length(
