@@ -103,8 +103,11 @@ def _missing_in_class(cls: type) -> Iterator[str]:
 
 
 def _imported_from(module_name: str, name: str) -> str | None:
-    """The module a top-level ``from X import name`` in `module_name` takes `name` from."""
-    for node in _tree(module_name).body:
+    """The module a top-level ``from X import name`` in `module_name` takes `name` from; a lazy
+    package names it under ``if TYPE_CHECKING:`` and loads it in ``__getattr__``."""
+    body = _tree(module_name).body
+    checking = [n for n in body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    for node in [*body, *(inner for block in checking for inner in block.body)]:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
