@@ -118,8 +118,9 @@ def test_a_training_checkpoint() -> None:
         ]
         assert reader.load_object("epoch") == 42
         assert reader.load_object("loss") == pytest.approx(0.123)
-        with pytest.raises(KeyNotFoundError, match="not found"):
+        with pytest.raises(KeyNotFoundError) as caught:
             reader.load_object("missing")
+        assert caught.value.key == "missing" and "epoch" in caught.value.available
     with PytorchReader(path, top_level_key="model_state_dict") as reader:
         assert reader.names() == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
         assert reader.tensor("fc1.weight").shape == (10, 5)
