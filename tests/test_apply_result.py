@@ -1,4 +1,5 @@
-"""ApplyResult and ApplyError: fields, is_success, Jaro, suggestions, golden summary text."""
+"""ApplyResult and ApplyError: fields, is_success, Jaro, suggestions, prefix changes, load rules,
+golden summary text."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import dataclasses
 import pytest
 
 from weightstore.apply_result import (
+    MAX_NAME_LEN,
     SUGGESTION_THRESHOLD,
     ApplyError,
     ApplyResult,
+    LoadRules,
+    PrefixChange,
+    find_prefix_change,
     jaro_similarity,
 )
-from weightstore.paths import strip_enum_variants
+from weightstore.paths import KeyRemapper, strip_enum_variants
 
 # Values Rust's textdistance 1.1.1 `nstr::jaro` returns for these pairs, which Burn's
 # suggestions use; the textbook Jaro differs on some of them.
@@ -74,15 +79,59 @@ def test_missing_and_unused_do_not_fail_is_success_but_errors_do() -> None:
     assert not result.is_success()
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        ApplyResult(missing=[("a", "dict")], unused=["module.a"]),  # every name wrong
+        ApplyResult(skipped=["a"]),  # the filter kept nothing
+        ApplyResult(held_back=["a"], missing=[("b", "dict")], refused="missing"),
+    ],
+    ids=["every-name-wrong", "all-filtered", "refused"],
+)
+def test_a_load_that_wrote_nothing_is_no_success(result: ApplyResult) -> None:
+    # Burn calls the first a success (no errors); a load that loaded nothing is none.
+    assert result.loaded_nothing() and not result.is_success()
+
+
+def test_a_model_without_tensors_loads_nothing_successfully() -> None:
+    result = ApplyResult(unused=["a"])
+    assert not result.loaded_nothing() and result.is_success()
+
+
+@pytest.mark.parametrize(
+    ("rules", "result", "failure"),
+    [
+        (LoadRules(), ApplyResult(applied=["a"]), None),
+        (LoadRules(), ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")]),
+         "errors"),
+        (LoadRules(validate=False),
+         ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")]), None),
+        (LoadRules(validate=False), ApplyResult(errors=[ApplyError.load_error("b", "x")]),
+         "nothing_loaded"),
+        (LoadRules(), ApplyResult(missing=[("a", "")]), "nothing_loaded"),  # before "missing"
+        (LoadRules(allow_partial=True), ApplyResult(missing=[("a", "")]), "nothing_loaded"),
+        (LoadRules(), ApplyResult(applied=["a"], missing=[("b", "")]), "missing"),
+        (LoadRules(allow_partial=True), ApplyResult(applied=["a"], missing=[("b", "")]), None),
+        (LoadRules(), ApplyResult(held_back=["a"], missing=[("b", "")]), "missing"),
+        (LoadRules(), ApplyResult(applied=["a"], unused=["b"]), None),
+        (LoadRules(allow_unused=False), ApplyResult(applied=["a"], unused=["b"]), "unused"),
+    ],
+)  # fmt: skip
+def test_load_rules_are_checked_in_order(
+    rules: LoadRules, result: ApplyResult, failure: str | None
+) -> None:
+    assert rules.failure(result) == failure
+
+
 def test_apply_error_constructors_fill_the_fields() -> None:
     shape = ApplyError.shape_mismatch("fc.weight", (2, 3), [3, 2])
-    assert (shape.kind, shape.path, shape.expected, shape.found, shape.message) == (
+    assert (shape.kind, shape.path, shape.expected, shape.found) == (
         "shape_mismatch",
         "fc.weight",
         "(2, 3)",
         "(3, 2)",
-        "",
     )
+    assert shape.message.endswith(".with_from_adapter(BurnToPyTorchAdapter())")
     dtype = ApplyError.dtype_mismatch("fc.bias", "F16", "F32")
     assert (dtype.kind, dtype.expected, dtype.found) == ("dtype_mismatch", "F16", "F32")
     load = ApplyError.load_error("fc.bias", "truncated")
@@ -94,14 +143,22 @@ def test_apply_error_constructors_fill_the_fields() -> None:
     )
 
 
+SIZES_ADVICE = (
+    "the model and the source were built with different sizes; build the model as the source's "
+    "was, or leave this tensor out with a filter"
+)
+
+
 def test_apply_error_messages_are_built_from_fields() -> None:
     assert str(ApplyError.shape_mismatch("fc.weight", (2, 3), (3,))) == (
-        "tensor 'fc.weight': shape is (3,), expected (2, 3)"
+        f"tensor 'fc.weight': shape is (3,), expected (2, 3); {SIZES_ADVICE}"
     )
-    assert str(ApplyError.shape_mismatch("s", (), (1,))) == "tensor 's': shape is (1,), expected ()"
+    assert str(ApplyError.shape_mismatch("s", (), (1,))) == (
+        f"tensor 's': shape is (1,), expected (); {SIZES_ADVICE}"
+    )
     assert str(ApplyError.dtype_mismatch("b", "F16", "F32")) == (
         "tensor 'b': dtype is F32, expected F16; "
-        "converting would lose information; cast explicitly with an adapter"
+        "converting would lose information; load with .with_from_adapter(HalfPrecisionAdapter())"
     )
     assert str(ApplyError.dtype_mismatch("b", "I32", "F32", "floats do not fit")) == (
         "tensor 'b': dtype is F32, expected I32; floats do not fit"
@@ -109,6 +166,64 @@ def test_apply_error_messages_are_built_from_fields() -> None:
     assert str(ApplyError.load_error("b", "read failed")) == (
         "tensor 'b': data failed to load: read failed"
     )
+
+
+def test_every_apply_error_has_a_message() -> None:
+    errors = [
+        ApplyError.shape_mismatch("a", (2, 3), (4,)),
+        ApplyError.shape_mismatch("a", (2, 3), (3, 2)),
+        ApplyError.dtype_mismatch("a", "I32", "F32"),
+        ApplyError.load_error("a", ""),
+        ApplyError("shape_mismatch", "a", "(2,)", "(3,)"),  # built directly, no message
+        ApplyError("dtype_mismatch", "a", "F16", "F32"),
+        ApplyError("load_error", "a"),
+    ]
+    assert all(error.message for error in errors)
+    assert ApplyError.load_error("a", "").message == "no cause was given"
+    assert ApplyError("dtype_mismatch", "a", "F16", "F32") == ApplyError.dtype_mismatch(
+        "a", "F16", "F32"
+    )
+
+
+@pytest.mark.parametrize(
+    ("expected", "found", "adapter"),
+    [
+        ("F16", "F32", "HalfPrecisionAdapter()"),  # it converts to each model tensor's dtype
+        ("BF16", "F32", 'FloatCastAdapter.to("BF16")'),
+        ("F32", "F64", 'FloatCastAdapter.to("F32")'),
+        ("BF16", "F16", 'FloatCastAdapter.to("BF16")'),
+        ("I32", "F32", None),  # no built-in adapter casts a float to an int
+        ("I16", "I32", None),
+        ("F16", "NOPE", None),  # not a dtype name: no advice, no crash
+    ],
+)
+def test_dtype_mismatch_names_the_adapter_that_fixes_it(
+    expected: str, found: str, adapter: str | None
+) -> None:
+    error = ApplyError.dtype_mismatch("w", expected, found)
+    assert error.fix_adapter == adapter
+    if adapter is None:
+        assert error.message.startswith(f"no built-in adapter converts {found} to {expected}")
+    else:
+        assert error.message.endswith(f"load with .with_from_adapter({adapter})")
+
+
+def test_shape_mismatch_advice_names_the_adapter_for_a_transposed_weight() -> None:
+    transposed = ApplyError.shape_mismatch("fc.weight", (4, 8), (8, 4))
+    assert transposed.fix_adapter == "BurnToPyTorchAdapter()"
+    assert transposed.message.startswith("transposed, as Burn stores Linear weights")
+    for expected, found in [((4, 4), (4, 4)), ((4, 8), (4, 9)), ((2, 3, 4), (4, 3, 2))]:
+        assert ApplyError.shape_mismatch("w", expected, found).fix_adapter is None
+    assert ApplyError.load_error("w", "x").fix_adapter is None
+
+
+def test_result_fix_adapter_only_when_one_adapter_fixes_every_error() -> None:
+    half = ApplyError.dtype_mismatch("a", "F16", "F32")
+    assert ApplyResult(errors=[half, half]).fix_adapter() == "HalfPrecisionAdapter()"
+    cast = ApplyError.dtype_mismatch("b", "BF16", "F32")
+    assert ApplyResult(errors=[half, cast]).fix_adapter() is None
+    assert ApplyResult(errors=[half, ApplyError.load_error("c", "x")]).fix_adapter() is None
+    assert ApplyResult().fix_adapter() is None
 
 
 def test_apply_error_is_a_frozen_record() -> None:
@@ -167,7 +282,7 @@ SUCCESS_SUMMARY = """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
 │ ✓ Successfully applied: 2 tensors
-│ ⊘ Skipped (filtered):  1 tensors
+│ ⊘ Skipped (filtered):  1 tensor
 │ ✗ Missing in source:    0 tensors
 │ ? Unused in target:     0 tensors
 │ ! Errors:               0 errors
@@ -183,7 +298,7 @@ def test_summary_of_a_clean_load() -> None:
 FULL_SUMMARY = """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
-│ ✓ Successfully applied: 1 tensors
+│ ✓ Successfully applied: 1 tensor
 │ ⊘ Skipped (filtered):  0 tensors
 │ ✗ Missing in source:    3 tensors
 │ ? Unused in target:     3 tensors
@@ -221,7 +336,8 @@ FULL_SUMMARY = """\
 │
 ├─ Errors
 │
-│  ⚠️  tensor 'fc.weight': shape is (3, 2), expected (2, 3)
+│  ⚠️  tensor 'fc.weight': shape is (3, 2), expected (2, 3); transposed, as Burn stores Linear \
+weights; load with .with_from_adapter(BurnToPyTorchAdapter())
 │  ⚠️  tensor 'fc.bias': data failed to load: file truncated
 │
 └───────────────────────────────────────────────────"""
@@ -302,3 +418,172 @@ def test_summary_box_characters_are_burns_code_points() -> None:
     assert text.splitlines()[0] == "┌─ Tensor Loading Summary " + "─" * 25
     assert text.splitlines()[-1] == "└" + "─" * 51
     assert not text.endswith("\n")
+
+
+# -- counts, source, refusal -------------------------------------------------------------------
+
+REFUSED_SUMMARY = """\
+┌─ Tensor Loading Summary ─────────────────────────
+│
+│ Source: model.safetensors
+│ ✓ Successfully applied: 0 tensors
+│ ⊘ Skipped (filtered):  0 tensors
+│ ✗ Missing in source:    1 tensor
+│ ? Unused in target:     0 tensors
+│ ! Errors:               1 error
+│ ⏸ Held back:            2 tensors (the load was refused before writing; the model is unchanged)
+│
+├─ Missing Tensors (requested by model but not found in source)
+│
+│  First 10 missing tensors:
+│    • head.bias
+│
+├─ Errors
+│
+│  ⚠️  tensor 'x': data failed to load: gone
+│
+└───────────────────────────────────────────────────"""
+
+
+def test_summary_counts_in_the_singular_and_shows_source_and_refusal() -> None:
+    result = ApplyResult(
+        missing=[("head.bias", "Net.Linear")],
+        errors=[ApplyError.load_error("x", "gone")],
+        held_back=["a", "b"],
+        refused="errors",
+        source="model.safetensors",
+    )
+    assert str(result) == REFUSED_SUMMARY
+
+
+def test_summary_cuts_names_from_a_file() -> None:
+    long_name = "x" * 100_000
+    text = str(ApplyResult(applied=["a"], unused=[long_name]))
+    assert f"│    • {'x' * (MAX_NAME_LEN - 1)}…\n" in text
+    assert len(text) < 2_000
+
+
+# -- names that differ by a prefix ---------------------------------------------------------------
+
+MODEL = ["conv.weight", "conv.bias", "fc.weight", "fc.bias"]
+
+
+@pytest.mark.parametrize(
+    ("source", "change", "fix"),
+    [
+        ([f"module.{p}" for p in MODEL], ("module.", ""),
+         '.with_key_remapping(r"^module\\.", "")'),
+        ([f"_orig_mod.module.{p}" for p in MODEL], ("_orig_mod.module.", ""),
+         '.with_key_remapping(r"^_orig_mod\\.module\\.", "")'),
+        (list(MODEL), ("", "model."),
+         '.with_key_remapping("^(.*)$", "model.$1")'),
+        ([f"module.{p}" for p in MODEL], ("module.", "model."),
+         '.with_key_remapping(r"^module\\.", "model.")'),
+    ],
+    ids=["added", "added-two-segments", "removed", "replaced"],
+)  # fmt: skip
+def test_prefix_changes_are_found_and_their_remapping_fixes_them(
+    source: list[str], change: tuple[str, str], fix: str
+) -> None:
+    model = [f"{change[1]}{p}" for p in MODEL]
+    found = find_prefix_change(model, source)
+    assert found == PrefixChange(change[0], change[1], 4, 4)
+    assert found.fix() == fix
+    pattern, replacement = found.remapping()
+    renamed = KeyRemapper().add_pattern(pattern, replacement)
+    assert sorted(renamed.remap(name) for name in source) == sorted(model)
+
+
+def test_prefix_change_prefers_the_shortest_whole_prefix() -> None:
+    # 'module.' and 'module.conv.' both explain conv.*; the whole-model one explains more.
+    found = find_prefix_change(MODEL, [f"module.{p}" for p in MODEL])
+    assert found is not None and found.source_prefix == "module."
+
+
+def test_top_level_key_fix_only_for_one_segment_added() -> None:
+    change = PrefixChange("state_dict.", "", 4, 4)
+    assert change.top_level_key == "state_dict"
+    assert change.fix(top_level_key=True) == '.with_top_level_key("state_dict")'
+    assert change.fix() == '.with_key_remapping(r"^state_dict\\.", "")'
+    assert PrefixChange("a.b.", "", 1, 1).top_level_key is None
+    assert PrefixChange("module.", "model.", 2, 2).top_level_key is None
+    assert (
+        PrefixChange("", "model.", 1, 1).fix(top_level_key=True).startswith(".with_key_remapping(")
+    )
+
+
+@pytest.mark.parametrize(
+    ("missing", "unused", "applied"),
+    [
+        (MODEL, [], []),
+        ([], ["module.a"], []),
+        (MODEL, ["module.conv.weight"], []),  # explains 1 of 4: not more than half
+        (["bias"], ["fc.bias"], ["fc.weight"]),  # removing 'fc.' would break a loaded tensor
+        (["fc.weight"], ["weight"], ["conv.weight"]),  # adding to every name breaks it too
+        (["fc2.bias"], ["fc3.bias"], []),  # one first segment differing: two layers, likely
+        (["w"], ["p" * 200 + ".w"], []),  # no wrapper has such a prefix
+    ],
+)
+def test_no_prefix_change_when_it_would_mislead(
+    missing: list[str], unused: list[str], applied: list[str]
+) -> None:
+    assert find_prefix_change(missing, unused, applied) is None
+
+
+def test_prefix_change_escapes_what_a_regex_or_a_replacement_would_read() -> None:
+    change = PrefixChange("a+b.", "$x\\.", 2, 2)
+    pattern, replacement = change.remapping()
+    assert (pattern, replacement) == ("^a\\+b\\.", "$$x\\\\.")
+    renamed = KeyRemapper().add_pattern(pattern, replacement)
+    assert renamed.remap("a+b.w") == "$x\\.w"
+
+
+def test_prefix_change_describes_itself() -> None:
+    assert str(PrefixChange("module.", "", 9, 9)) == (
+        "9 of 9 missing tensors are in the source as 'module.' + their name"
+    )
+    assert str(PrefixChange("", "model.", 1, 1)) == (
+        "1 of 1 missing tensor is in the source without its 'model.' prefix"
+    )
+    assert str(PrefixChange("module.", "model.", 3, 4)) == (
+        "3 of 4 missing tensors are in the source with 'module.' in place of 'model.'"
+    )
+
+
+PREFIX_SECTION = """\
+│
+├─ Names Differ by a Prefix
+│
+│  ⚠️  2 of 2 missing tensors are in the source as 'state_dict.' + their name
+│      💡 Fix: add {fix} to the store
+│
+├─ Missing Tensors (requested by model but not found in source)"""
+
+
+@pytest.mark.parametrize(
+    ("top_level_key", "fix"),
+    [
+        (None, '.with_key_remapping(r"^state_dict\\.", "")'),
+        ("state_dict", '.with_top_level_key("state_dict")'),  # the store checked the key
+        ("model", '.with_key_remapping(r"^state_dict\\.", "")'),
+    ],
+)
+def test_summary_names_the_prefix_fix(top_level_key: str | None, fix: str) -> None:
+    result = ApplyResult(
+        missing=[("fc.bias", "Net.Linear"), ("fc.weight", "Net.Linear")],
+        unused=["state_dict.fc.bias", "state_dict.fc.weight"],
+        top_level_key=top_level_key,
+    )
+    assert PREFIX_SECTION.format(fix=fix) in str(result)
+
+
+def test_missing_paths_suggest_their_name_under_the_prefix() -> None:
+    # Jaro finds no 'module.fc.bias' for 'fc.bias' (0.63); the prefix change does, exactly.
+    result = ApplyResult(
+        missing=[("fc.bias", ""), ("fc.weight", "")], unused=["module.fc.bias", "module.fc.weight"]
+    )
+    assert result.suggestions("fc.bias") == []
+    text = str(result)
+    assert "│    • fc.bias\n│        Did you mean: 'module.fc.bias'?\n" in text
+    assert "│    • fc.weight\n│        Did you mean: 'module.fc.weight'?\n" in text
+    assert str(PrefixChange("module.", "", 100_000, 100_000)).startswith("100,000 of 100,000")

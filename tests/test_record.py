@@ -1,4 +1,5 @@
-"""ModuleRecord: save, load, strictness, dtype policies and parameter ids."""
+"""ModuleRecord: save, load, strictness, dtype policies, parameter ids, and what a failed load
+says and leaves."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import cbor2
 import numpy as np
 import pytest
 
-from weightstore import burnpack
+from weightstore import BurnpackStore, burnpack, load_from
+from weightstore.errors import DestinationExistsError
 from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
 from weightstore.stores import LoadFailedError
 
@@ -30,7 +32,21 @@ def test_save_adds_extension_and_writes_burn_layout(tmp_path: Path) -> None:
     top = cbor2.loads(data[10 : 10 + int.from_bytes(data[6:10], "little")])
     assert list(top) == ["tensors"]  # no metadata map, as Burn's ModuleRecord writes
     assert all("param_id" in d for d in top["tensors"].values())
-    record.save(tmp_path / "ckpt")  # replaces, as Burn does
+
+
+def test_save_refuses_to_replace_a_file_unless_told(tmp_path: Path) -> None:
+    # Burn's record save replaces the file; ours asks first, as every weightstore save does.
+    path = into_record(_model(1.0)).save(tmp_path / "ckpt")
+    before = Path(path).read_bytes()
+    with pytest.raises(DestinationExistsError) as caught:
+        into_record(_model(2.0)).save(tmp_path / "ckpt")
+    assert caught.value.path == path and ".overwrite()" in str(caught.value)
+    assert Path(path).read_bytes() == before  # untouched
+    record = into_record(_model(2.0))
+    assert not record.overwrite_file and record.overwrite().overwrite_file
+    assert record.overwrite().overwrite(False) == record
+    assert record.overwrite().save(tmp_path / "ckpt") == path
+    assert ModuleRecord.load(path).snapshots[0].to_numpy()[0, 0] == 2.0
 
 
 def test_round_trip_through_file_and_bytes(tmp_path: Path) -> None:
@@ -104,3 +120,72 @@ def test_param_ids_survive_save_and_load(tmp_path: Path) -> None:
     load_record(target, ModuleRecord.load(path))
     assert {name: param_id_of(p) for name, p in target.named_parameters()} == ids
     assert torch.equal(source.weight, target.weight)
+
+
+def test_a_record_read_from_a_file_names_the_file(tmp_path: Path) -> None:
+    path = into_record({"fc": _model()["fc"]}).save(tmp_path / "ckpt")
+    record = ModuleRecord.load(tmp_path / "ckpt")
+    assert record.source == path
+    with pytest.raises(LoadFailedError) as caught:
+        load_record(_model(0.0), record)
+    assert caught.value.path == path
+    assert str(caught.value).startswith(f"{path}: 1 model tensor is missing from the source;")
+    assert f"│ Source: {path}" in str(caught.value)
+    assert try_load_record(_model(0.0), record).source == path
+    assert into_record(_model()).source is None  # made from a model: no file to name
+    assert ModuleRecord.from_bytes(record.into_bytes()).source is None
+
+
+def _bytes_of(model: dict[str, Any]) -> dict[str, bytes]:
+    return {"fc.weight": model["fc"]["weight"].tobytes(), "fc.bias": model["fc"]["bias"].tobytes(),
+            "steps": model["steps"].tobytes()}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("record", "failure"),
+    [
+        (into_record({"fc": _model(2.0)["fc"]}), "missing"),
+        (into_record({**_model(2.0), "extra": np.zeros(1, np.float32)}), "unused"),
+        (into_record({**_model(2.0), "steps": np.zeros(3, np.int64)}), "errors"),
+    ],
+)
+def test_a_failed_strict_load_leaves_the_model_unchanged(
+    record: ModuleRecord, failure: str
+) -> None:
+    model = _model(0.5)
+    before = _bytes_of(model)
+    with pytest.raises(LoadFailedError) as caught:
+        load_record(model, record)
+    assert caught.value.failure == failure and caught.value.result.refused == failure
+    assert _bytes_of(model) == before  # byte for byte: nothing was written
+    assert caught.value.result.applied == []
+    assert "nothing was written, the model is unchanged" in str(caught.value)
+
+
+def test_each_failure_names_the_record_call_that_fixes_it() -> None:
+    partial = into_record({"fc": _model()["fc"]})
+    with pytest.raises(LoadFailedError, match=r"record\.allow_partial\(True\)"):
+        load_record(_model(0.0), partial)
+    extra = into_record({**_model(), "extra": np.zeros(1, np.float32)})
+    with pytest.raises(LoadFailedError, match=r"record\.allow_unused\(True\) to ignore them"):
+        load_record(_model(0.0), extra)
+    wrong = into_record({**_model(), "steps": np.zeros(3, np.int64)})
+    with pytest.raises(LoadFailedError, match=r"leave this tensor unloaded"):
+        load_record(_model(0.0), wrong)
+    narrow = into_record({"w": np.ones(2, np.float32)}).with_dtype_policy("exact")
+    with pytest.raises(LoadFailedError, match=r"pass adapter=HalfPrecisionAdapter\(\) to"):
+        load_record({"w": np.zeros(2, np.float16)}, narrow)
+
+
+def test_a_record_under_a_prefix_loads_nothing_and_says_how_to_rename(tmp_path: Path) -> None:
+    path = into_record({"module": _model(3.0)}).save(tmp_path / "wrapped")
+    record = ModuleRecord.load(path).allow_partial().allow_unused()
+    model = _model(0.0)
+    with pytest.raises(LoadFailedError) as caught:
+        load_record(model, record)  # no allowance accepts a load that loads nothing
+    error = caught.value
+    assert error.failure == "nothing_loaded" and error.result.refused == "nothing_loaded"
+    fix = f'BurnpackStore.from_file({path!r}).with_key_remapping(r"^module\\.", "")'
+    assert fix in error.fix and "no allowance accepts a load that loads nothing" in error.fix
+    result = load_from(model, BurnpackStore.from_file(path).with_key_remapping(r"^module\.", ""))
+    assert result.is_success() and model["fc"]["weight"][0, 0] == 3.0

@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 import numpy as np
 
-from weightstore.errors import TruncatedError
+from weightstore.errors import FileMissingError, PathIsDirectoryError, TruncatedError
 
-__all__ = ["ByteSource", "MemorySource", "MmapSource", "PreadSource", "ReadMode", "open_source"]
+__all__ = [
+    "ByteSource",
+    "MemorySource",
+    "MmapSource",
+    "PreadSource",
+    "ReadMode",
+    "open_readable",
+    "open_source",
+]
 
 ReadMode = Literal["mmap", "pread"]
 """How `open_source` reads a file: ``"mmap"`` (views of a mapping) or ``"pread"`` (copies)."""
@@ -89,7 +97,7 @@ class MmapSource(MemorySource):
     for when `close` unmaps)."""
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as file:
+        with open_readable(path) as file:
             size = os.fstat(file.fileno()).st_size
             # mmap refuses empty files; an empty buffer reads the same and fails the same way.
             self._map: mmap.mmap | None = (
@@ -143,6 +151,7 @@ class PreadSource(ByteSource):
     """A file read with `os.pread`: each range is a fresh, writable copy."""
 
     def __init__(self, path: str) -> None:
+        open_readable(path).close()  # the typed errors for a missing file or a directory
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         self._size = os.fstat(self._fd).st_size
         self._name = path
@@ -175,11 +184,26 @@ class PreadSource(ByteSource):
             self._fd = -1
 
 
+def open_readable(path: str) -> BinaryIO:
+    """`path` opened for reading, or the typed error for a missing file or a directory (every
+    source opens through here, so no reader leaks a bare `FileNotFoundError`)."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as err:
+        raise FileMissingError(path) from err
+    except IsADirectoryError as err:
+        raise PathIsDirectoryError(path) from err
+
+
 def open_source(path: str | os.PathLike[str], mode: ReadMode = "mmap") -> ByteSource:
-    """Open `path` for random access reads with the given strategy."""
+    """Open `path` for random access reads with the given strategy.
+
+    Raises:
+        FileMissingError: nothing is at `path` (a `FileNotFoundError`).
+        PathIsDirectoryError: `path` is a directory (an `IsADirectoryError`); ``os.open``
+            would open one for pread and fail only at the first read.
+    """
     filename = os.fspath(path)
-    if mode == "mmap":
-        return MmapSource(filename)
-    if mode == "pread":
-        return PreadSource(filename)
-    raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")
+    if mode not in ("mmap", "pread"):
+        raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")
+    return MmapSource(filename) if mode == "mmap" else PreadSource(filename)

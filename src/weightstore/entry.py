@@ -47,13 +47,27 @@ class TensorEntry:
 
     Attributes:
         name: the tensor's key in the file.
-        dtype: element type.
+        dtype: element type: a row of the dtype table, looked up by name
+            (``weightstore.dtypes.from_name("F32")``) or by another spelling (`from_numpy`,
+            `from_safetensors`, `from_torch` in `weightstore.dtypes`). `DType` is never built
+            by hand: ``DType("F32")`` raises `TypeError`, since a row carries every spelling.
         shape: dimensions, outermost first.
         data: the bytes, or a function returning them when the writer gets to this tensor.
         param_id: burnpack parameter id (u64), ignored by formats without one.
         nbytes: declared byte length; computed from shape and dtype when omitted (required for
             quantized dtypes, whose length follows their scheme).
         quant_scheme: the decoded burnpack QFloat scheme, kept verbatim.
+
+    Example:
+        >>> import numpy as np
+        >>> from weightstore import dtypes
+        >>> TensorEntry.from_array("w", np.ones((2, 3), np.float16)).dtype  # looked up for you
+        DType(F16)
+        >>> def load_big() -> np.ndarray:  # called once, when the writer reaches this tensor
+        ...     return np.zeros((1024, 256), np.float32)
+        >>> big = TensorEntry("big", dtypes.from_name("F32"), (1024, 256), load_big)
+        >>> big.nbytes
+        1048576
     """
 
     name: str
@@ -74,7 +88,12 @@ class TensorEntry:
     def from_array(
         cls, name: str, array: np.ndarray[Any, Any], param_id: int | None = None
     ) -> TensorEntry:
-        """An entry holding `array` itself (its dtype looked up in the dtype table)."""
+        """An entry holding `array` itself, its dtype looked up in the dtype table
+        (`weightstore.dtypes.from_numpy`).
+
+        Raises:
+            DTypeError: NumPy's dtype has no row in the table (object, string, ...).
+        """
         return cls(name, from_numpy(array.dtype), tuple(array.shape), array, param_id)
 
     def read(self) -> memoryview:

@@ -23,6 +23,8 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
+    ├── FileMissingError (FileNotFoundError)      a file to read does not exist
+    ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
     └── SliceError (IndexError)             a slice index out of range or of a kind not supported
 
 Messages follow one shape: ``<file>[, tensor '<name>']: <what went wrong>``. Facts travel as
@@ -31,12 +33,15 @@ attributes (`path`, `tensor`) so tests and callers never parse text.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "ArchiveError",
     "DTypeError",
     "DescriptorError",
     "DestinationExistsError",
     "EntryError",
+    "FileMissingError",
     "FormatError",
     "HeaderError",
     "InvalidOptionError",
@@ -44,6 +49,7 @@ __all__ = [
     "LimitExceeded",
     "MetadataError",
     "MissingStorageError",
+    "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
     "SliceError",
@@ -207,13 +213,57 @@ class InvalidOptionError(WeightstoreError, ValueError):
 
 
 class DestinationExistsError(WeightstoreError, FileExistsError):
-    """A save would replace an existing file and overwriting was not allowed."""
+    """A save would replace an existing file and overwriting was not allowed.
+
+    Every save refuses to replace a file unless asked: on a store or a record with the builder
+    ``.overwrite()``, on a low-level writer (``writer.save``, ``write_file``) with
+    ``overwrite=True``. The message names both, the builder first.
+    """
 
     def __init__(self, path: str) -> None:
-        super().__init__("file exists; pass overwrite=True to replace it", path=path)
+        super().__init__(
+            "file exists; to replace it, call .overwrite() on the store or record "
+            "(a writer's save and write_file take overwrite=True)",
+            path=path,
+        )
 
     def __str__(self) -> str:
         return WeightstoreError.__str__(self)
+
+
+class FileMissingError(WeightstoreError, FileNotFoundError):
+    """A file to read does not exist; raised when it is first read, since the same path may
+    be a save target.
+
+    `errno` and `filename` are set as the builtin's are (``ENOENT``, the path), so handlers
+    written for `FileNotFoundError` keep working.
+
+    Attributes:
+        path: the file that was looked for (after the format's extension rule).
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__("does not exist", path=path)
+        self.errno, self.strerror, self.filename = errno.ENOENT, self.detail, path
+
+
+class PathIsDirectoryError(WeightstoreError, IsADirectoryError):
+    """A path names a directory where one file is expected. A store or reader is one file;
+    sharded sets (a folder of shards and their index) are not read yet.
+
+    `errno` and `filename` are set as the builtin's are (``EISDIR``, the path).
+
+    Attributes:
+        path: the directory.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            "is a directory, not a file; weightstore opens single files (sharded sets are not "
+            "read yet), so name one file inside it",
+            path=path,
+        )
+        self.errno, self.strerror, self.filename = errno.EISDIR, self.detail, path
 
 
 class RemapCollisionError(WeightstoreError, ValueError):

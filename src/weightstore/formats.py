@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore._bytesource import open_readable
 from weightstore._format import PROBE_SIZE, ContainerFormat, TensorReader
 from weightstore.errors import UnsupportedFormatError
 
@@ -31,7 +32,12 @@ __all__ = [
 FORMATS: tuple[ContainerFormat, ...] = (burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT)
 """Every registered format, in sniff order. Burnpack's 4-byte magic is exact. SafeTensors comes
 before PyTorch: one SafeTensors file in 256 has a header length whose low byte is 0x80, which
-is also how a pickle starts, while no PyTorch file has "{" at byte 8 after a length that fits."""
+is also how a pickle starts, while no file torch.save writes has "{" at byte 8 after a plausible
+length (under 100 MB, so bytes 4 to 7 are zero; torch's zips start ``50 4b 03 04 00 00 08 08``,
+its legacy files ``80 02 8a 0a 6c fc 9c 46``).
+
+Each sniff checks a signature, never whether the rest of the file is whole: a damaged file is
+still recognised, and its reader then reports the damage with a typed error."""
 
 _BY_NAME = {fmt.name: fmt for fmt in FORMATS}
 _BY_EXTENSION = {ext: fmt for fmt in FORMATS for ext in fmt.extensions}
@@ -72,6 +78,10 @@ def what_it_is(head: bytes, size: int) -> str | None:
 def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> ContainerFormat:
     """The format whose signature `head` (a file's first `PROBE_SIZE` bytes) carries.
 
+    Only the signature counts: a truncated or otherwise damaged file is recognised as long as
+    its first bytes are intact (SafeTensors needs 9, burnpack and zip 4, a pickle 2), so that
+    opening it with the format's reader reports what is wrong.
+
     Args:
         head: the file's first bytes.
         size: the file's total size in bytes (the SafeTensors test needs it).
@@ -93,7 +103,7 @@ def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> C
 
 def read_probe(path: str | os.PathLike[str]) -> tuple[bytes, int]:
     """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at."""
-    with open(path, "rb") as file:
+    with open_readable(os.fspath(path)) as file:
         return file.read(PROBE_SIZE), os.fstat(file.fileno()).st_size
 
 

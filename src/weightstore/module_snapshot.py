@@ -1,5 +1,8 @@
 """The four verbs on models: collect, apply, save into a store, load from a store.
 
+A save also reads sources that are no model (another store, a reader, a state dict,
+snapshots), so converting a file is ``save_into(source_store, destination_store)``.
+
 `ModuleSnapshot` gives an `nn.Module` subclass the same four as methods (``model.save_into(
 store)``), the Python form of Burn's extension trait. Plain functions work on any model.
 """
@@ -19,14 +22,35 @@ from weightstore.transfer import apply, collect
 __all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
 
 
-def save_into(model: object, store: Store) -> None:
-    """Save `model` into `store` (a file, or the store's memory).
+def save_into(model: object, store: Store) -> str | None:
+    """Save `model`, or tensors from any other source, into `store` (a file, or its memory).
+
+    Besides models, a save reads another store (converting a file), a container reader, a
+    state dict (names -> torch tensors, NumPy arrays or `TensorSnapshot`s) or an iterable of
+    `TensorSnapshot`s; each tensor is read when the writer gets to it and dropped before the
+    next, so a file larger than memory converts. The destination's filter, key remapping,
+    to-adapter and metadata apply to every source alike.
 
     Args:
-        model: a torch module or a nested dict of NumPy arrays.
+        model: a torch module or a nested dict of NumPy arrays, or one of the sources above.
         store: where to write; its filter, to-adapter and options decide what is written.
+
+    Returns:
+        The path written (``model`` -> ``model.bpk`` under burnpack's extension rule), or
+        None for a memory store (``store.get_bytes()`` has the file).
+
+    Raises:
+        InvalidOptionError: `model` is no source; or the store's to-adapter decides by module
+            type (`PyTorchToBurnAdapter`, `HalfPrecisionAdapter`) and the source names none
+            (only torch modules do), so it would change nothing.
+        DestinationExistsError: the file exists and the store's `overwrite` is off.
+
+    Example:
+        >>> save_into(SafetensorsStore.from_file("model.safetensors"),  # doctest: +SKIP
+        ...           BurnpackStore.from_file("model").with_to_adapter(FloatCastAdapter.to("F16")))
+        'model.bpk'
     """
-    store.collect_from(model)
+    return store.collect_from(model)
 
 
 def load_from(model: object, store: Store, *, device: Any = None) -> ApplyResult:
@@ -41,8 +65,10 @@ def load_from(model: object, store: Store, *, device: Any = None) -> ApplyResult
         The report of what was applied, skipped, missing, unused or failed.
 
     Raises:
-        LoadFailedError: tensors are missing (without ``allow_partial``) or failed to load
-            (with ``validate``, the default); the error carries the full `ApplyResult`.
+        LoadFailedError: tensors are missing (without ``allow_partial``), failed their checks
+            (with ``validate``, the default), or none would load at all; the model is left
+            untouched when the checks made before writing find it, and the error carries the
+            full `ApplyResult`.
     """
     return store.apply_to(model, device=device)
 
@@ -71,9 +97,10 @@ class ModuleSnapshot:
             return getattr(super(), "apply")(snapshots)  # noqa: B009  (torch's Module.apply)
         return apply(self, snapshots, filter, adapter)
 
-    def save_into(self, store: Store) -> None:
-        """Save this model into `store`; see the function `save_into`."""
-        save_into(self, store)
+    def save_into(self, store: Store) -> str | None:
+        """Save this model into `store`: the path written, or None for a memory store; see the
+        function `save_into`."""
+        return save_into(self, store)
 
     def load_from(self, store: Store, *, device: Any = None) -> ApplyResult:
         """Load `store` into this model in place; see the function `load_from`."""

@@ -4,11 +4,15 @@ A record is what Burn's ``ModuleRecord`` is: every tensor of a model with its pa
 id, saved as a burnpack file with no metadata map and a ``param_id`` on every tensor, so
 ``record.save`` writes what Burn's ``ModuleRecord::save`` writes. Unlike a store it is strict by
 default: a load fails when the model and the record disagree in any way (missing, unused or
-mismatched tensors), unless the record is told to allow it.
+mismatched tensors), unless the record is told to allow it; and a failing load is judged
+before anything is written, so the model is left as it was (see `transfer.apply`).
 
     record = into_record(model)
-    path = record.save("checkpoint")          # -> "checkpoint.bpk"
+    path = record.save("checkpoint")          # -> "checkpoint.bpk"; refuses to replace a file
     load_record(model, ModuleRecord.load(path))
+
+One departure from Burn: Burn's record save replaces an existing file; ours refuses unless
+asked with `ModuleRecord.overwrite`, as every weightstore save does.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyResult
+from weightstore.apply_result import ApplyResult, LoadFailure, LoadRules
 from weightstore.burnpack import BurnpackReader, BurnpackWriter
 from weightstore.entry import TensorEntry
 from weightstore.paths import PathFilter
@@ -47,6 +51,9 @@ class ModuleRecord:
         dtype_policy: ``"from_record"`` (default: the model takes the record's dtype, as Burn),
             ``"cast"`` (converted to the model's dtype), or ``"exact"`` (set by
             `with_dtype_policy`).
+        overwrite_file: `save` may replace an existing file (set by `overwrite`).
+        source: the file the record was read from, named in errors and reports; None for a
+            record made from a model or from bytes.
     """
 
     snapshots: tuple[TensorSnapshot, ...]
@@ -54,6 +61,8 @@ class ModuleRecord:
     unused: bool = False
     check_shapes: bool = True
     dtype_policy: DTypePolicy = "from_record"
+    overwrite_file: bool = False
+    source: str | None = None
 
     # -- making records -------------------------------------------------------------------------
 
@@ -89,12 +98,15 @@ class ModuleRecord:
 
         Tensors are views of the mapped file until loaded into a model.
 
+        The record remembers the file (`source`), so errors and reports name it.
+
         Raises:
             FormatError: the file is not a valid burnpack file (bad magic, damaged metadata,
                 data shorter than its descriptors claim).
             OSError: the file cannot be opened.
         """
-        return cls._from_reader(BurnpackReader.from_file(path))
+        reader = BurnpackReader.from_file(path)
+        return dataclasses.replace(cls._from_reader(reader), source=reader.path)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> ModuleRecord:
@@ -145,6 +157,12 @@ class ModuleRecord:
         ported from Rust reads the same."""
         return self.strict_shapes(validate)
 
+    def overwrite(self, overwrite: bool = True) -> ModuleRecord:
+        """A copy whose `save` replaces an existing file (atomically) instead of raising
+        `DestinationExistsError`. Burn's record save always replaces; ours asks, as every
+        weightstore save does (a store's ``.overwrite()``)."""
+        return dataclasses.replace(self, overwrite_file=overwrite)
+
     def with_dtype_policy(self, policy: DTypePolicy) -> ModuleRecord:
         """A copy that loads with `policy`: ``"from_record"`` (the model takes the record's
         dtype), ``"cast"`` (converted to the model's dtype) or ``"exact"`` (converted only
@@ -166,16 +184,19 @@ class ModuleRecord:
         return BurnpackWriter(entries)  # no metadata map, as Burn's ModuleRecord writes
 
     def save(self, path: str | os.PathLike[str]) -> str:
-        """Write the record as a burnpack file, atomically, replacing any file there (as Burn
-        does).
+        """Write the record as a burnpack file, atomically. An existing file is replaced only
+        after `overwrite` (Burn replaces it always).
 
         Args:
             path: the file to write; ``.bpk`` is appended when it has no extension.
 
         Returns:
             The path written, extension included.
+
+        Raises:
+            DestinationExistsError: the file exists and `overwrite` was not called.
         """
-        return self._writer().save(path, overwrite=True, auto_extension=True)
+        return self._writer().save(path, overwrite=self.overwrite_file, auto_extension=True)
 
     def into_bytes(self) -> bytes:
         """The bytes `save` would write, in memory (Burn's ``ModuleRecord`` to bytes)."""
@@ -221,7 +242,15 @@ def try_load_record(
         What was applied, missing, unused or failed.
     """
     snapshots: Sequence[TensorSnapshot] = record.snapshots
-    return apply(model, snapshots, None, adapter, device=device, dtype_policy=record.dtype_policy)
+    return apply(
+        model,
+        snapshots,
+        None,
+        adapter,
+        device=device,
+        dtype_policy=record.dtype_policy,
+        source_path=record.source,
+    )
 
 
 def load_record(
@@ -246,16 +275,60 @@ def load_record(
         The report, when the load succeeded within the record's allowances.
 
     Raises:
-        LoadFailedError: checked in Burn's order: a tensor failed to load (unless
-            ``strict_shapes(False)``), model tensors are missing (unless ``allow_partial()``),
-            record tensors are unused (unless ``allow_unused()``). The error's ``result`` is
-            the full report; tensors that did load stay loaded.
+        LoadFailedError: checked in this order: a tensor cannot load (unless
+            ``strict_shapes(False)``), nothing would load at all (no allowance accepts that),
+            model tensors are missing (unless ``allow_partial()``), record tensors are unused
+            (unless ``allow_unused()``). The load is judged before anything is written, so the
+            model is unchanged (``error.result.refused``), except for what only the model's
+            own load code or the data can tell (see `transfer.apply`).
     """
-    result = try_load_record(model, record, adapter=adapter, device=device)
-    if record.check_shapes and result.errors:
-        raise LoadFailedError(result, "fix the model, or use record.strict_shapes(False)")
-    if result.missing and not record.partial:
-        raise LoadFailedError(result, "use record.allow_partial(True) to leave them as they are")
-    if result.unused and not record.unused:
-        raise LoadFailedError(result, "use record.allow_unused(True) to ignore them")
-    return result
+    rules = LoadRules(
+        validate=record.check_shapes, allow_partial=record.partial, allow_unused=record.unused
+    )
+    snapshots: Sequence[TensorSnapshot] = record.snapshots
+    result = apply(
+        model,
+        snapshots,
+        None,
+        adapter,
+        device=device,
+        dtype_policy=record.dtype_policy,
+        source_path=record.source,
+        rules=rules,
+    )
+    failure = result.refused or rules.failure(result)
+    if failure is None:
+        return result
+    raise LoadFailedError(result, failure, _record_fix(result, failure, record), path=record.source)
+
+
+def _record_fix(result: ApplyResult, failure: LoadFailure, record: ModuleRecord) -> str:
+    """What to do about `failure` of a record load, as the calls that do it."""
+    adapter = result.fix_adapter()
+    errors_fix = (
+        f"pass adapter={adapter} to load_record"
+        if adapter is not None
+        else "fix the model or the record (each error says how)"
+    )
+    if failure == "errors":
+        these = "this tensor" if len(result.errors) == 1 else f"these {len(result.errors):,}"
+        leave = f"use record.strict_shapes(False) to load the rest and leave {these} unloaded"
+        return f"{errors_fix}, or {leave}"
+    if failure == "unused":
+        return "use record.allow_unused(True) to ignore them"
+    change = result.prefix_change()
+    renamed = ""
+    if change is not None:  # a record cannot rename; a store over its bytes can
+        store = (
+            f"BurnpackStore.from_file({record.source!r})"
+            if record.source is not None
+            else "BurnpackStore.from_bytes(record.into_bytes())"
+        )
+        renamed = f"{change}: load it with {store}{change.fix()}"
+    if failure == "nothing_loaded":
+        compare = "compare the record's names (record.keys()) with the model's"
+        fixes = [renamed or compare] if result.missing else []
+        fixes += [errors_fix] if result.errors else []
+        return "; ".join([*fixes, "no allowance accepts a load that loads nothing"])
+    leave = "use record.allow_partial(True) to leave them as they are"
+    return f"{renamed}, or {leave}" if renamed else leave

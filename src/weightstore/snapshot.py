@@ -9,6 +9,7 @@ store can hand out thousands of snapshots for the price of its header.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from weightstore._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import WeightstoreError
 
-__all__ = ["SnapshotLoadError", "TensorSnapshot"]
+__all__ = ["SnapshotLoadError", "TensorSnapshot", "reader_snapshots"]
 
 ArrayLoader = Callable[[], "np.ndarray[Any, Any]"]
 
@@ -112,3 +114,17 @@ class TensorSnapshot:
                 tensor=self.full_path,
             )
         return array
+
+
+def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
+    """Lazy snapshots of every tensor a container reader holds, in file order (reading them in
+    this order streams the file). Nothing is read until a snapshot's data is asked for."""
+    snapshots = []
+    for name in reader.names_in_file_order():
+        info = reader.descriptor(name)
+        load = functools.partial(reader.get, name)
+        path = tuple(name.split("."))
+        snapshots.append(
+            TensorSnapshot(path, info.dtype, tuple(info.shape), load, (), info.param_id)
+        )
+    return snapshots

@@ -7,6 +7,14 @@ source, unused by the model, and errors (shape, dtype, load). Matching and the s
 checks happen here; the bridge then loads the resulting `LoadPlan` through the model's own
 machinery (torch's load hooks may rename, split or fill tensors), reading one tensor at a time
 and only tensors that passed every check.
+
+Given `LoadRules` (a store's or a record's strictness), `apply` judges the load before the
+bridge writes anything, and refuses one that would break a rule for certain: names, shapes and
+dtypes are all known then. What only the model's own load code can settle is given the benefit
+of the doubt (`bridge.LoadReach`): a path a load hook or an overridden loader may fill is not
+missing yet, a source tensor it may consume is not unused yet. Such a load runs, and its caller
+judges the report afterwards; so do data that fails to read and torch's own errors, which show
+only while the model loads.
 """
 
 from __future__ import annotations
@@ -19,8 +27,17 @@ from typing import Any, Literal
 import numpy as np
 
 from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyError, ApplyResult
-from weightstore.bridge import LoadOutcome, LoadPlan, PendingTensor, Target, bridge_for
+from weightstore.apply_result import ApplyError, ApplyResult, LoadRules
+from weightstore.bridge import (
+    LoadOutcome,
+    LoadPlan,
+    PendingTensor,
+    Target,
+    bridge_for,
+    source_for,
+    validate_adapter,
+)
+from weightstore.bridge._model import LoadReach, ReachingBridge
 from weightstore.dtypes import DType, can_cast_exactly
 from weightstore.errors import RemapCollisionError
 from weightstore.paths import PathFilter, strip_enum_variants
@@ -42,24 +59,33 @@ def collect(
     *,
     dedupe_tied: bool = False,
 ) -> list[TensorSnapshot]:
-    """Lazy snapshots of a model's tensors, in the model's order.
+    """Lazy snapshots of a model's tensors, or of any other source's, in the source's order.
 
     Args:
-        model: a `torch.nn.Module` or a (nested) dict of NumPy arrays.
+        model: what to read: a `torch.nn.Module` or a (nested) dict of NumPy arrays, or a
+            model-free source: a store, a container reader, a state dict (names -> torch
+            tensors, NumPy arrays or `TensorSnapshot`s), an iterable of `TensorSnapshot`s
+            (`bridge.source_for` lists them). Nothing is read here.
         filter: keep only tensors whose path (or container path) it matches; empty keeps all.
-        adapter: applied to each kept snapshot (after filtering, on the model's names).
+        adapter: applied to each kept snapshot (after filtering, on the source's names).
         dedupe_tied: keep only the first name of a tensor tied under several names (as
             safetensors' ``save_model`` does); by default every name is kept, as
             ``state_dict`` lists them.
+
+    Raises:
+        InvalidOptionError: `model` is no source; or `adapter` decides by module type (the
+            PyTorch <-> Burn layout, half precision) and the source names no module types,
+            so it would silently change nothing.
     """
-    bridge = bridge_for(model)
-    snapshots = bridge.snapshots()
+    source = source_for(model)
+    snapshots = source.snapshots()
     if dedupe_tied:
-        aliases = bridge.aliases()
+        aliases = source.aliases()
         snapshots = [s for s in snapshots if s.full_path not in aliases]
     if filter is not None and not filter.is_empty:
         snapshots = [s for s in snapshots if filter.matches(s.full_path, s.container_path)]
     if adapter is not None:
+        validate_adapter(adapter, source)
         snapshots = [adapter.adapt(s) for s in snapshots]
     return snapshots
 
@@ -113,6 +139,7 @@ def apply(
     skip_enum_variants: bool = False,
     dtype_policy: DTypePolicy = "exact",
     source_path: str | None = None,
+    rules: LoadRules | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` and report what happened; never raises for data problems.
 
@@ -135,10 +162,16 @@ def apply(
         dtype_policy: ``"exact"`` converts to the model's dtype only without loss (else a
             dtype_mismatch error); ``"from_record"`` keeps the source dtype; ``"cast"`` converts
             whatever the loss.
-        source_path: the file the snapshots come from, named in errors.
+        source_path: the file the snapshots come from, named in errors and in the report.
+        rules: judge the load before writing: when it breaks one of `rules` whatever the
+            model's own load code does, nothing is written and the report says so
+            (`ApplyResult.refused`; the tensors that passed every check are `held_back`).
+            Without rules, every tensor that passed the checks is written.
 
     Returns:
-        Every model path as applied, skipped, missing or an error, and the unused source paths.
+        Every model path as applied, skipped, missing or an error (or held back), and the
+        unused source paths. A path the model's own code filled although nothing at all came
+        from the source (BatchNorm's counter) is reported missing, not applied.
 
     Raises:
         RemapCollisionError: two source tensors would fill one model tensor once enum variants
@@ -153,8 +186,16 @@ def apply(
     aliases = bridge.aliases()  # before loading: the ties as the model was built
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
     matching = _match(targets, index, filter, adapter, dtype_policy)
+    if rules is not None:
+        reach = bridge.load_reach() if isinstance(bridge, ReachingBridge) else LoadReach()
+        refused = _refusal(targets, aliases, index, matching, reach, rules)
+        if refused is not None:
+            refused.source = source_path
+            return refused
     outcome = bridge.load(matching.plan)
-    return _report(targets, aliases, index, matching, outcome)
+    result = _report(targets, aliases, index, matching, outcome)
+    result.source = source_path
+    return result
 
 
 @dataclass(slots=True)
@@ -201,6 +242,39 @@ def _match(
     return matching
 
 
+def _refusal(
+    targets: Sequence[Target],
+    aliases: dict[str, str],
+    index: _SourceIndex,
+    matching: _Matching,
+    reach: LoadReach,
+    rules: LoadRules,
+) -> ApplyResult | None:
+    """The report of a load refused before writing, or None when the load may run.
+
+    The plan is reported as if it loaded in full, with the model's known load code filling its
+    defaults (BatchNorm's counter) and unknown code doing nothing; then judged with the benefit
+    of the doubt for what unknown code may still do: a missing path it may fill counts as
+    applied, a source tensor it may consume is not unused. Errors are certain: those paths are
+    blocked.
+    """
+    known_fills = reach.defaults - matching.plan.blocked  # as the real load would report them
+    planned_loads = LoadOutcome(set(matching.plan.tensors) | known_fills)
+    planned = _report(targets, aliases, index, matching, planned_loads)
+    doubtful = ApplyResult(
+        applied=planned.applied + [p for p, _ in planned.missing if reach.may_supply(p)],
+        skipped=planned.skipped,
+        missing=[(p, c) for p, c in planned.missing if not reach.may_fill(p)],
+        unused=[name for name in planned.unused if not reach.may_consume(name)],
+        errors=planned.errors,
+    )
+    failure = rules.failure(doubtful)
+    if failure is None:
+        return None
+    planned.held_back, planned.applied, planned.refused = planned.applied, [], failure
+    return planned
+
+
 def _report(
     targets: Sequence[Target],
     aliases: dict[str, str],
@@ -211,6 +285,9 @@ def _report(
     """Sort every model path into one bucket, in model order, from matching and the load."""
     result = ApplyResult(applied=[], skipped=[], missing=[], unused=[], errors=[])
     applied: set[str] = set()
+    # Whether any source data reached the model: if none did, what the model's code filled
+    # with values of its own (BatchNorm's counter) is no load, and stays missing.
+    from_source = bool(outcome.taken) or any(p in outcome.loaded for p in matching.plan.tensors)
     for target in targets:
         path = target.path
         if path in matching.skipped:
@@ -219,7 +296,7 @@ def _report(
             result.errors.append(matching.errors[path])
         elif path in outcome.errors:
             result.errors.append(ApplyError.load_error(path, outcome.errors[path]))
-        elif path in outcome.loaded or aliases.get(path) in applied:  # or filled through its tie
+        elif (path in outcome.loaded and from_source) or aliases.get(path) in applied:  # or tie
             result.applied.append(path)
             applied.add(path)
         else:
@@ -274,7 +351,7 @@ def _prepare(
             tuple(target.path.split(".")), snapshot.dtype, snapshot.shape, snapshot.load,
             target.container, snapshot.param_id,
         )  # fmt: skip
-        snapshot = adapter.adapt(seen)
+        snapshot = adapter.adapt_for_load(seen, target.dtype)
     if snapshot.shape != target.shape:
         return ApplyError.shape_mismatch(target.path, target.shape, snapshot.shape)
     if dtype_policy == "exact" and not can_cast_exactly(snapshot.dtype, target.dtype):

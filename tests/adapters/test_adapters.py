@@ -145,3 +145,42 @@ def test_chain_applies_in_order_and_passes_alternative_names() -> None:
     assert chained.alternative_name("gamma", "LayerNorm") == "weight"
     identity = IdentityAdapter().chain(IdentityAdapter())
     assert identity.adapt(weight) is weight
+
+
+F32, F16, BF16 = from_name("F32"), from_name("F16"), from_name("BF16")
+
+
+@pytest.mark.parametrize("module", ["BatchNorm2d", "Linear", "MyBlock", "dict"])
+def test_half_precision_on_load_gives_each_tensor_the_model_dtype(module: str) -> None:
+    # The set decides what a save halves; on load the model decides, so a .half() model's
+    # BatchNorm (outside the set: it stays F32 in half files) gets F16, and an F32 model F32.
+    half = HalfPrecisionAdapter()
+    stats = _snap("bn.running_var", np.full(3, 1 / 3, np.float32), "Net", module)
+    into_half = half.adapt_for_load(stats, F16)
+    assert into_half.dtype == F16 and into_half.to_numpy().dtype == np.float16
+    np.testing.assert_array_equal(into_half.to_numpy(), np.float16(1 / 3))
+    assert half.adapt_for_load(stats, F32) is stats  # no round trip through F16
+    halved = _snap("bn.weight", np.ones(3, np.float16), "Net", module)
+    assert half.adapt_for_load(halved, F32).dtype == F32
+    assert half.adapt_for_load(halved, F16) is halved
+    assert half.adapt_for_load(stats, BF16) is stats  # not its pair of dtypes
+
+
+def test_half_precision_on_load_is_lazy() -> None:
+    snapshot, calls = _counting("bn.running_mean", np.ones(3, np.float32), "Net", "BatchNorm2d")
+    adapted = HalfPrecisionAdapter().adapt_for_load(snapshot, F16)
+    assert calls == [] and adapted.dtype == F16
+    adapted.to_numpy()
+    assert calls == [1]
+
+
+def test_load_adaptation_defaults_to_adapt_and_chains_with_the_model_dtype() -> None:
+    weight = _snap("fc.weight", np.arange(6, dtype=np.float32).reshape(2, 3), "Net", "Linear")
+    to_torch = BurnToPyTorchAdapter()
+    assert to_torch.adapt_for_load(weight, F16).shape == to_torch.adapt(weight).shape == (3, 2)
+    cast = FloatCastAdapter.to("BF16")
+    assert cast.adapt_for_load(weight, F32).dtype == BF16  # a cast is a cast, model or not
+    chained = BurnToPyTorchAdapter().chain(HalfPrecisionAdapter())
+    out = chained.adapt_for_load(weight, F16)
+    assert out.shape == (3, 2) and out.to_numpy().dtype == np.float16
+    assert IdentityAdapter().adapt_for_load(weight, F16) is weight

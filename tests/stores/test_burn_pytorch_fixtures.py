@@ -626,7 +626,9 @@ def test_key_remap_chained_without_layer_rule_fails() -> None:
     # version, so torch treats them as old checkpoints), as load_state_dict would.
     counts = {p for p in blocks if p.endswith("num_batches_tracked")}
     assert _missing(result) == blocks - counts
-    assert set(result.applied) == CHAINED_MODEL_PATHS - blocks | counts
+    # A failed strict load writes nothing: what would have loaded is held back.
+    assert not result.applied
+    assert set(result.held_back) == CHAINED_MODEL_PATHS - blocks | counts
     # the file's names after the two block rules: layer.<i>.conv.* and layer.<i>.bn.*
     assert set(result.unused) == {p.replace("layer.blocks.", "layer.") for p in blocks}
 
@@ -708,7 +710,8 @@ def test_non_contiguous_indexes_without_mapping() -> None:
         load_from(ConvList(), unmapped)
     result = failed.value.result
     assert _missing(result) == {f"fc.{i}.{leaf}" for i in (1, 3) for leaf in ("weight", "bias")}
-    assert set(result.applied) == {
+    assert not result.applied  # a failed strict load writes nothing
+    assert set(result.held_back) == {
         f"fc.{i}.{leaf}" for i in (0, 2, 4) for leaf in ("weight", "bias")
     }
     assert set(result.unused) == {f"fc.{i}.{leaf}" for i in (6, 8) for leaf in ("weight", "bias")}

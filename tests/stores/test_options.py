@@ -195,16 +195,20 @@ def test_shape_mismatch_raises_unless_validate_off(store_type: Any) -> None:
 
 
 def test_exact_dtype_conversions_load_and_lossy_ones_are_errors(store_type: Any) -> None:
-    source = {"h": np.array([0.5, 1.5], np.float16), "i": np.array([1, 2], np.int32)}
+    source = {"h": np.array([0.5, 1.5], np.float16), "i": np.array([1, 2], np.int32),
+              "ok": np.array([3.0], np.float32)}  # fmt: skip
     data = _saved(store_type.from_bytes(), source)
-    widened = {"h": np.zeros(2, np.float32), "i": np.zeros(2, np.int64)}
-    assert sorted(load_from(widened, store_type.from_bytes(data)).applied) == ["h", "i"]
+    widened = {"h": np.zeros(2, np.float32), "i": np.zeros(2, np.int64), "ok": np.zeros(1)}
+    assert sorted(load_from(widened, store_type.from_bytes(data)).applied) == ["h", "i", "ok"]
     assert widened["h"].tolist() == [0.5, 1.5] and widened["i"].dtype == np.int64
-    narrowed = {"h": np.zeros(2, np.int8), "i": np.zeros(2, np.int16)}
+    # One tensor still loads: a load that writes nothing at all is refused outright.
+    narrowed = {"h": np.zeros(2, np.int8), "i": np.zeros(2, np.int16),
+                "ok": np.zeros(1, np.float32)}  # fmt: skip
     result = load_from(narrowed, store_type.from_bytes(data).validate(False))
     assert sorted((e.kind, e.path) for e in result.errors) == [
         ("dtype_mismatch", "h"), ("dtype_mismatch", "i")
     ]  # fmt: skip
+    assert result.applied == ["ok"] and narrowed["ok"].tolist() == [3.0]
 
 
 def test_remapping_applies_on_save_and_load(store_type: Any) -> None:

@@ -1,15 +1,17 @@
 """Adapters: snapshot-to-snapshot transforms keyed on the owning module's type.
 
 An adapter returns a new snapshot whose loader wraps the old one, so nothing is read until the
-data is asked for. Adapters chain: ``a.chain(b)`` runs `a` then `b`. On load, the applier also
-asks an adapter for an alternative name when a model tensor is not found under its own (a torch
-``weight`` of a norm layer is Burn's ``gamma``).
+data is asked for. Adapters chain: ``a.chain(b)`` runs `a` then `b`. On load, the applier calls
+`Adapter.adapt_for_load`, which also knows the model tensor's dtype (an adapter may convert to
+it; by default it is `adapt`), and asks for an alternative name when a model tensor is not found
+under its own (a torch ``weight`` of a norm layer is Burn's ``gamma``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from weightstore.dtypes import DType
 from weightstore.snapshot import TensorSnapshot
 
 __all__ = ["Adapter", "ChainAdapter", "IdentityAdapter"]
@@ -21,6 +23,12 @@ class Adapter(ABC):
     @abstractmethod
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
         """The snapshot as the other side expects it; lazy in its data."""
+
+    def adapt_for_load(self, snapshot: TensorSnapshot, model_dtype: DType) -> TensorSnapshot:
+        """The snapshot as a load into a model tensor of `model_dtype` needs it (the snapshot
+        already carries the model's path and module types). By default `adapt`; an adapter
+        whose output depends on the model (a precision adapter) overrides it."""
+        return self.adapt(snapshot)
 
     def alternative_name(self, name: str, module_type: str | None) -> str | None:
         """Another name the source may use for the tensor `name` of a `module_type` module."""
@@ -56,6 +64,11 @@ class ChainAdapter(Adapter):
     def adapt(self, snapshot: TensorSnapshot) -> TensorSnapshot:
         """`second`'s adaptation of `first`'s."""
         return self.second.adapt(self.first.adapt(snapshot))
+
+    def adapt_for_load(self, snapshot: TensorSnapshot, model_dtype: DType) -> TensorSnapshot:
+        """`second`'s load adaptation of `first`'s, both told the model's dtype."""
+        first = self.first.adapt_for_load(snapshot, model_dtype)
+        return self.second.adapt_for_load(first, model_dtype)
 
     def alternative_name(self, name: str, module_type: str | None) -> str | None:
         """`first`'s alternative, renamed again by `second` if it has one for it; else

@@ -1,8 +1,10 @@
 """Precision adapters: F32 <-> F16 for chosen module types, and a cast of every float.
 
 Both are lazy: the cast happens when the data is read. `HalfPrecisionAdapter` picks its
-direction from the tensor (F32 becomes F16, F16 becomes F32), so one instance serves as the
-to-adapter of a save (halving the file) and the from-adapter of the load.
+direction from the tensor on a save (F32 becomes F16, F16 becomes F32, for the module types in
+its set) and from the model on a load (each F32 or F16 tensor becomes what the model tensor
+holds), so one instance serves as the to-adapter of a save (halving the file) and the
+from-adapter of the load, into an F32 model, a ``.half()`` one, or one that mixes both.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def _cast(snapshot: TensorSnapshot, target: DType) -> TensorSnapshot:
 
 
 class HalfPrecisionAdapter(Adapter):
-    """F32 <-> F16 for tensors owned by modules in the set (Burn's default set, BatchNorm out).
+    """F32 <-> F16: on a save for tensors owned by modules in the set (Burn's default set,
+    BatchNorm out), on a load to whichever of the two the model tensor holds.
 
     Attributes:
         modules: the module types converted, by Burn's names (`burn_module_type`).
@@ -80,6 +83,19 @@ class HalfPrecisionAdapter(Adapter):
             return _cast(snapshot, _F16)
         if snapshot.dtype == _F16:
             return _cast(snapshot, _F32)
+        return snapshot
+
+    def adapt_for_load(self, snapshot: TensorSnapshot, model_dtype: DType) -> TensorSnapshot:
+        """An F32 or F16 tensor as the model's dtype when that is F32 or F16, whatever module
+        owns it; anything else unchanged.
+
+        The model decides, not the set: the set keeps BatchNorm out of half-precision *files*
+        (its running variance underflows in F16), but a ``.half()`` model already holds its
+        BatchNorm in F16 and must get F16 (Burn's adapter keeps it F32, which such a model
+        cannot take), while an F32 model gets F32 back from a half file.
+        """
+        if {snapshot.dtype, model_dtype} == {_F32, _F16}:
+            return _cast(snapshot, model_dtype)
         return snapshot
 
     def __repr__(self) -> str:

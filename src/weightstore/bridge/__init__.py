@@ -1,8 +1,11 @@
-"""Models as the pipelines see them: PyTorch modules and dicts of NumPy arrays.
+"""Models as the pipelines see them: PyTorch modules and dicts of NumPy arrays; and what a
+save can read besides models: stores, readers, snapshots, state dicts (`_sources.py`).
 
-`bridge_for` picks the bridge for a model; `to_data` and `to_torch` turn a snapshot into an
-array or a tensor. torch is imported only when a torch model or tensor is involved: the torch
-bridge is imported inside the functions that need it, never at package import.
+`bridge_for` picks the bridge for a model (to load into or save from); `source_for` picks what
+a save reads from, a model's bridge or a model-free source; `to_data` and `to_torch` turn a
+snapshot into an array or a tensor. torch is imported only when a torch model or tensor is
+involved: the torch bridge is imported inside the functions that need it, never at package
+import.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from weightstore.bridge._model import (
     ModelBridge,
     PendingTensor,
     Target,
+    TensorSource,
     is_torch_module,
+    is_torch_tensor,
+)
+from weightstore.bridge._sources import (
+    ModelFreeSource,
+    is_array_tree,
+    model_free_source,
+    validate_adapter,
 )
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot
@@ -30,12 +41,17 @@ __all__ = [
     "LoadOutcome",
     "LoadPlan",
     "ModelBridge",
+    "ModelFreeSource",
     "PendingTensor",
     "Target",
+    "TensorSource",
     "bridge_for",
     "is_torch_module",
+    "is_torch_tensor",
+    "source_for",
     "to_data",
     "to_torch",
+    "validate_adapter",
 ]
 
 
@@ -63,6 +79,36 @@ def bridge_for(model: object, device: Any = None) -> ModelBridge:
     raise InvalidOptionError(
         f"a model is a torch.nn.Module or a dict of NumPy arrays, not {type(model).__name__}"
     )
+
+
+def source_for(source: object) -> TensorSource:
+    """What a save reads from `source`: a model's bridge, or a model-free source.
+
+    Args:
+        source: a torch module or a (nested) dict of NumPy arrays (models); a store (its
+            ``get_all_snapshots()``); a container reader (`TensorReader`); a mapping of names
+            to `TensorSnapshot`s, torch tensors or NumPy arrays (a state dict); an iterable of
+            `TensorSnapshot`s; or a `TensorSource` already built, returned as it is.
+
+    Returns:
+        Lazy snapshots in the source's order; nothing is read yet (see `_sources.py` for each
+        kind's order, framework and module types).
+
+    Raises:
+        InvalidOptionError: `source` is none of these, or holds something that is no tensor.
+    """
+    if is_torch_module(source) or is_array_tree(source):
+        return bridge_for(source)
+    if isinstance(source, TensorSource):
+        return source
+    found = model_free_source(source)
+    if found is None:
+        raise InvalidOptionError(
+            f"cannot save from {type(source).__name__}: a source is a torch.nn.Module, a dict "
+            "of NumPy arrays, a store, a container reader, a state dict (names -> tensors or "
+            "TensorSnapshots) or an iterable of TensorSnapshots"
+        )
+    return found
 
 
 def to_data(snapshot: TensorSnapshot) -> np.ndarray[Any, Any]:

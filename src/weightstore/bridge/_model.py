@@ -7,15 +7,21 @@ dtype checks: the tensors to load (`PendingTensor`, read only when the model ask
 tensors matching left over (offered to the model's own migration code, such as torch's
 load hooks), and the paths the load must not write. The bridge answers with a `LoadOutcome`:
 which paths were written, which failed and why, which spare source tensors were consumed.
+A bridge over a model with load code of its own (`ReachingBridge`) also says beforehand where
+that code may act (`LoadReach`), so that a strict load can be refused before anything is written.
+
+A save needs less: a `TensorSource` (lazy snapshots in order, the ties between names, the
+framework the tensors come from, whether they know their module types). Every `ModelBridge` is
+one; `_sources.py` adds the sources that are no model (stores, readers, snapshots, state dicts).
 
 This module imports no other bridge module; `bridge_for` (in the package) picks a bridge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,11 +34,16 @@ __all__ = [
     "ArrayReader",
     "LoadOutcome",
     "LoadPlan",
+    "LoadReach",
     "ModelBridge",
     "PendingTensor",
+    "ReachingBridge",
     "Target",
+    "TensorSource",
     "aliases_by_identity",
+    "aliases_by_key",
     "is_torch_module",
+    "is_torch_tensor",
 ]
 
 ArrayReader = Callable[[], "np.ndarray[Any, Any]"]
@@ -114,11 +125,21 @@ class LoadOutcome:
     taken: set[str] = field(default_factory=set)
 
 
-class ModelBridge(Protocol):
-    """How the pipelines reach into one kind of model."""
+@runtime_checkable
+class TensorSource(Protocol):
+    """What a save reads from: a model's bridge, or a source that is no model (a store, a
+    reader, snapshots, a state dict)."""
 
-    def targets(self) -> list[Target]:
-        """Every loadable tensor, in the model's own order (state_dict order for torch)."""
+    @property
+    def framework(self) -> str | None:
+        """The framework the tensors come from as SafeTensors' ``format`` metadata names it
+        (``"pt"``), or None when unknown; a SafeTensors save writes it by default."""
+        ...
+
+    @property
+    def module_types(self) -> bool:
+        """Whether the snapshots name their owning module types (``container``). Adapters
+        keyed on module types (the PyTorch <-> Burn layout, half precision) need them."""
         ...
 
     def aliases(self) -> dict[str, str]:
@@ -130,7 +151,16 @@ class ModelBridge(Protocol):
         ...
 
     def snapshots(self) -> list[TensorSnapshot]:
-        """Lazy snapshots of every tensor, in the same order, for saving."""
+        """Lazy snapshots of every tensor, in the source's order, for saving; nothing is read
+        until a snapshot's data is asked for."""
+        ...
+
+
+class ModelBridge(TensorSource, Protocol):
+    """How the pipelines reach into one kind of model."""
+
+    def targets(self) -> list[Target]:
+        """Every loadable tensor, in the model's own order (state_dict order for torch)."""
         ...
 
     def load(self, plan: LoadPlan) -> LoadOutcome:
@@ -143,10 +173,16 @@ class ModelBridge(Protocol):
 
 def aliases_by_identity(named: Iterable[tuple[str, object]]) -> dict[str, str]:
     """Later names -> first name, for names whose values are one object (a tie)."""
-    first: dict[int, str] = {}
+    return aliases_by_key((name, id(value)) for name, value in named)
+
+
+def aliases_by_key(keyed: Iterable[tuple[str, Hashable]]) -> dict[str, str]:
+    """Later names -> first name, for names whose values have one key (a tie: the same
+    object, or for detached torch tensors the same memory, dtype, shape and strides)."""
+    first: dict[Hashable, str] = {}
     aliases: dict[str, str] = {}
-    for name, value in named:
-        earlier = first.setdefault(id(value), name)
+    for name, key in keyed:
+        earlier = first.setdefault(key, name)
         if earlier != name:
             aliases[name] = earlier
     return aliases
@@ -158,3 +194,57 @@ def is_torch_module(model: object) -> bool:
         cls.__module__ == "torch.nn.modules.module" and cls.__name__ == "Module"
         for cls in type(model).__mro__
     )
+
+
+def is_torch_tensor(value: object) -> bool:
+    """True for `torch.Tensor` instances (parameters included), checked without importing
+    torch, as `is_torch_module` does."""
+    return any(
+        cls.__module__ == "torch" and cls.__name__ == "Tensor" for cls in type(value).__mro__
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReach:
+    """Where a model's own load code may act beyond name matching, known before it runs.
+
+    `transfer.apply` judges a strict load before writing anything; a path this code may still
+    fill is not counted missing then, and a source name it may still consume is not counted
+    unused, since only running the code would tell (the load then runs and is judged after).
+
+    Attributes:
+        prefixes: module prefixes (``""`` the root, ``"enc."`` a submodule) whose load code we
+            do not know (a load pre-hook, an overridden loader): it may fill any model path and
+            consume any source name under the prefix, with data from the source.
+        defaults: model paths that known load code fills with a value of its own when the
+            source lacks them (BatchNorm's ``num_batches_tracked``): not missing, but not data
+            from the source either.
+        consumed: source names known load code removes when present (an InstanceNorm without
+            running stats drops ``running_mean`` and ``running_var``).
+    """
+
+    prefixes: tuple[str, ...] = ()
+    defaults: frozenset[str] = frozenset()
+    consumed: frozenset[str] = frozenset()
+
+    def may_supply(self, path: str) -> bool:
+        """Whether model code may fill `path` from the source's data."""
+        return any(path.startswith(prefix) for prefix in self.prefixes)
+
+    def may_fill(self, path: str) -> bool:
+        """Whether model code may fill `path` at all, from the source or with its own value."""
+        return path in self.defaults or self.may_supply(path)
+
+    def may_consume(self, name: str) -> bool:
+        """Whether model code may take the source tensor `name`."""
+        return name in self.consumed or self.may_supply(name)
+
+
+@runtime_checkable
+class ReachingBridge(Protocol):
+    """A bridge over a model with load code of its own (torch's hooks): it says where that code
+    may act. A bridge without (NumPy dicts) need not implement it: nothing is reached."""
+
+    def load_reach(self) -> LoadReach:
+        """Where the model's load code may fill paths or consume source names."""
+        ...

@@ -37,6 +37,18 @@ class NumpyDictBridge:
         self._model = model
         self._slots: dict[str, tuple[MutableMapping[str, Any], str]] = dict(_walk(model, prefix=""))
 
+    @property
+    def framework(self) -> None:
+        """NumPy arrays name no framework SafeTensors' ``format`` knows; the store's default
+        stays."""
+        return None
+
+    @property
+    def module_types(self) -> bool:
+        """False: a dict names no modules (its container type is ``dict``), so adapters keyed
+        on module types would change nothing."""
+        return False
+
     def targets(self) -> list[Target]:
         """Every array, in dict order."""
         return [

@@ -1,7 +1,9 @@
 """PyTorch modules as models: the only module in weightstore that imports torch.
 
 Targets are the entries of ``model.state_dict()`` (parameters and persistent buffers, in that
-order and under exactly those names).
+order and under exactly those names). Saves from a bare state dict (no module) get their
+snapshots here too (`tensor_snapshot`, `tensor_key`), for `_sources.py`, which cannot import
+torch.
 
 Loading runs through torch's own machinery, as ``Module.load_state_dict`` does, so modules'
 load pre-hooks, overridden ``_load_from_state_dict`` methods and post hooks (how torch and model
@@ -42,11 +44,14 @@ from typing import Any, Final
 
 import numpy as np
 import torch
+from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.modules.module import _IncompatibleKeys
 
 from weightstore.bridge._model import (
     LoadOutcome,
     LoadPlan,
+    LoadReach,
     Target,
     aliases_by_identity,
 )
@@ -55,15 +60,36 @@ from weightstore.dtypes import DType, from_numpy, from_torch
 from weightstore.errors import DTypeError
 from weightstore.snapshot import TensorSnapshot
 
-__all__ = ["TorchBridge", "array_to_torch", "param_id_of", "torch_to_array"]
+__all__ = [
+    "TORCH_FRAMEWORK",
+    "TorchBridge",
+    "array_to_torch",
+    "param_id_of",
+    "tensor_key",
+    "tensor_snapshot",
+    "torch_to_array",
+]
 
 PARAM_ID_ATTRIBUTE: Final = "_weightstore_param_id"
+TORCH_FRAMEWORK: Final = "pt"  # SafeTensors' ``format`` metadata for torch tensors
 
 # How torch 2.13's _load_from_state_dict names the key in its own error messages.
 _KEY_IN_MESSAGE: Final = (
     re.compile(r'parameter named "(.+?)"'),
     re.compile(r"size mismatch for (\S+): "),
 )
+
+# torch's own loaders we know line by line, by the function that implements them: the leaves
+# each fills with a value of its own when the source lacks them, and the leaves it removes from
+# the source (InstanceNorm without running stats drops them, reporting an error). Any other
+# override of _load_from_state_dict, like any load pre-hook, is code we cannot foresee.
+_KNOWN_LOADERS: Final[dict[object, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    _NormBase._load_from_state_dict: (("num_batches_tracked",), ()),
+    _InstanceNorm._load_from_state_dict: (
+        ("num_batches_tracked",),  # it calls _NormBase's
+        ("running_mean", "running_var"),
+    ),
+}
 
 
 def param_id_of(tensor: torch.Tensor) -> int:
@@ -98,6 +124,24 @@ def array_to_torch(array: np.ndarray[Any, Any], dtype: DType) -> torch.Tensor:
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         tensor = torch.from_numpy(flat)
     return tensor.view(getattr(torch, dtype.torch)).reshape(array.shape)
+
+
+def tensor_snapshot(name: str, tensor: torch.Tensor) -> TensorSnapshot:
+    """A lazy snapshot of one state-dict tensor: no module types (a state dict names none),
+    the param id only if the tensor carries one (a ``keep_vars`` state dict's parameters),
+    data viewed when read (copied only off the CPU or when not contiguous)."""
+    return TensorSnapshot(
+        tuple(name.split(".")), from_torch(str(tensor.dtype)), tuple(tensor.shape),
+        functools.partial(torch_to_array, tensor), (), getattr(tensor, PARAM_ID_ATTRIBUTE, None),
+    )  # fmt: skip
+
+
+def tensor_key(tensor: torch.Tensor) -> tuple[object, ...]:
+    """What makes two state-dict entries one tied tensor: ``state_dict()`` detaches each name
+    separately, so a tie is the same memory, dtype, shape and strides, not the same object.
+    Tensors without memory (meta, empty) are tied only to themselves."""
+    address = tensor.data_ptr() if tensor.numel() and not tensor.is_meta else id(tensor)
+    return (tensor.device, address, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
 
 
 def _container(model: torch.nn.Module, owner_path: str) -> tuple[str, ...]:
@@ -163,6 +207,16 @@ class TorchBridge:
         }
         self._replaced: dict[int, torch.Tensor] = {}  # meta tensor id -> its materialisation
 
+    @property
+    def framework(self) -> str:
+        """``"pt"``, as ``safetensors.torch.save_model`` and transformers write it."""
+        return TORCH_FRAMEWORK
+
+    @property
+    def module_types(self) -> bool:
+        """True: every snapshot names the module classes from the root to its owner."""
+        return True
+
     def targets(self) -> list[Target]:
         """Every state_dict tensor, in state_dict order."""
         return [
@@ -195,6 +249,32 @@ class TorchBridge:
                 )
             )
         return snapshots
+
+    def load_reach(self) -> LoadReach:
+        """Where the model's own load code may act, from its modules as they are now.
+
+        A module with a load pre-hook, or a ``_load_from_state_dict`` other than torch's own
+        (`_KNOWN_LOADERS` and ``nn.Module``'s), may fill or consume anything under its prefix:
+        its code sees exactly the keys under it. A load post hook makes the whole model
+        reachable: it may clear any key from the load's shared missing-key list.
+        """
+        prefixes: set[str] = set()
+        defaults: set[str] = set()
+        consumed: set[str] = set()
+        for name, module in self._model.named_modules(remove_duplicate=False):
+            prefix = f"{name}." if name else ""
+            if module._load_state_dict_post_hooks:
+                prefixes.add("")
+            loader = getattr(module._load_from_state_dict, "__func__", None)  # None: per object
+            known = _KNOWN_LOADERS.get(loader)
+            if module._load_state_dict_pre_hooks or (
+                known is None and loader is not torch.nn.Module._load_from_state_dict
+            ):
+                prefixes.add(prefix)
+            elif known is not None:
+                defaults.update(prefix + leaf for leaf in known[0])
+                consumed.update(prefix + leaf for leaf in known[1])
+        return LoadReach(tuple(sorted(prefixes)), frozenset(defaults), frozenset(consumed))
 
     def load(self, plan: LoadPlan) -> LoadOutcome:
         """Load `plan` through the model's ``_load_from_state_dict`` and hooks, module by module.

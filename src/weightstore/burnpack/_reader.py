@@ -98,10 +98,11 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             limits: ``max_metadata_size``, ``max_tensor_count``, ``max_tensor_size``.
         """
         filename = path_for_read(path, EXTENSION)
-        size = os.stat(filename).st_size
-        if size > max_file_size:
-            raise LimitExceeded("file size", size, max_file_size, path=filename)
-        return cls._from_source(open_source(filename, mode), **limits)
+        source = open_source(filename, mode)
+        if source.size > max_file_size:
+            source.close()
+            raise LimitExceeded("file size", source.size, max_file_size, path=filename)
+        return cls._from_source(source, **limits)
 
     # -- header and metadata --------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Printing a `FileReport`: an aligned table for people, one JSON object for programs."""
+"""Printing a `FileReport`: an aligned table for people, one JSON object for programs.
+
+Every string a file supplied goes through `printable` (text) or `dump_json` (JSON), so hostile
+names cannot break lines or the terminal (`weightstore.cli._text`).
+"""
 
 from __future__ import annotations
 
@@ -6,40 +10,61 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from weightstore.cli._report import FileReport
+from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
+from weightstore.cli._report import FileReport, TensorRow
+from weightstore.cli._text import dump_json, plural, printable, shortened
+from weightstore.dtypes import DType
 
-__all__ = ["render_json", "render_text"]
+__all__ = ["json_document", "render_json", "render_text"]
+
+_UNREADABLE = "unreadable tensor: "  # how the PyTorch summarizer marks an unreadable tensor
 
 
-def _dtype_name(row_dtype: Any) -> str:
+def _dtype_name(dtype: DType) -> str:
     # JSON speaks SafeTensors spelling; burnpack-only dtypes keep their weightstore name.
-    return str(row_dtype.safetensors or row_dtype.name)
+    return str(dtype.safetensors or dtype.name)
 
 
-def render_json(report: FileReport) -> str:
-    """The report as one JSON object, dtypes in SafeTensors spelling (what ``--json`` prints)."""
-    document = {
+def _json_row(row: TensorRow) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "name": row.name,
+        "dtype": _dtype_name(row.dtype),
+        "shape": list(row.shape),
+        "nbytes": row.nbytes,
+        "offset": row.offset,
+    }
+    if row.storage is not None:
+        document["storage"] = row.storage
+    return document
+
+
+def json_document(report: FileReport) -> dict[str, Any]:
+    """The report as JSON types: what ``--json`` prints for one file."""
+    document: dict[str, Any] = {
         "format": report.format,
         "version": report.version,
         "path": report.path,
         "file_size": report.file_size,
         "metadata": report.metadata,
         "scalars": report.scalars,
-        "tensors": [
-            {
-                "name": row.name,
-                "dtype": _dtype_name(row.dtype),
-                "shape": list(row.shape),
-                "nbytes": row.nbytes,
-                "offset": row.offset,
-            }
-            for row in report.tensors
-        ],
-        "others": report.others,
+        "tensors": [_json_row(row) for row in report.tensors],
+        "others": report.other_values,
         "total_nbytes": report.total_nbytes,
         "total_numel": report.total_numel,
     }
-    return json.dumps(document, indent=2)
+    if report.listed_from is not None:
+        document["tensors_before_filter"] = report.listed_from
+    if report.scan is not None:
+        document["suspicious_globals"] = [
+            {"module": g.module, "name": g.name, "where": g.where} for g in report.scan.suspicious
+        ]
+        document["scan_complete"] = report.scan.complete
+    return document
+
+
+def render_json(report: FileReport) -> str:
+    """The report as one JSON object, dtypes in SafeTensors spelling (what ``--json`` prints)."""
+    return dump_json(json_document(report))
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]) -> list[str]:
@@ -55,37 +80,78 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[
     return [line(header), *(line(row) for row in rows)]
 
 
-def render_text(report: FileReport) -> str:
-    """The report as a person reads it: format, metadata, a table of tensors, totals."""
-    version = f" (version {report.version})" if report.version else ""
-    lines = [
-        f"file:     {report.path} ({report.file_size:,} bytes)",
-        f"format:   {report.format}{version}",
-    ]
-    if report.metadata:
-        lines.append("metadata:")
-        lines += [f"  {key} = {value}" for key, value in report.metadata.items()]
-    if report.scalars:
-        lines.append("scalars:")
-        lines += [f"  {key} = {value!r}" for key, value in report.scalars.items()]
-    if report.others:
-        lines.append("other entries:")
-        lines += [f"  {key}: {value}" for key, value in report.others.items()]
-    lines.append("")
+def _value_text(value: Any) -> str:
+    return shortened(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+def _pairs(title: str, pairs: dict[str, Any], separator: str = " = ") -> list[str]:
+    if not pairs:
+        return []
+    return [title, *(f"  {printable(k)}{separator}{_value_text(v)}" for k, v in pairs.items())]
+
+
+def _others(report: FileReport) -> list[str]:
+    objects = {k or "(the whole file)": v for k, v in report.others.items()
+               if not v.startswith(_UNREADABLE)}  # fmt: skip
+    unreadable = {k: v.removeprefix(_UNREADABLE) for k, v in report.others.items()
+                  if v.startswith(_UNREADABLE)}  # fmt: skip
+    return _pairs("objects:", objects, ": ") + _pairs("unreadable tensors:", unreadable, ": ")
+
+
+def _suspicious(scan: Scan | None) -> list[str]:
+    if scan is None or not scan.flagged:
+        return []
+    lines = ["suspicious globals (torch.load would import these; weightstore ran nothing):"]
+    lines += [f"  {printable(g.qualname)}  at {printable(repr(g.where))}" for g in scan.suspicious]
+    if not scan.complete:
+        lines.append(
+            f"  (the scan stopped at {MAX_SCAN_NODES:,} values or {MAX_SCAN_DEPTH:,} levels; "
+            "there may be more)"
+        )
+    return lines
+
+
+def _offset_cell(row: TensorRow) -> str:
+    if row.offset is None:
+        return ""
+    return f"{row.offset:,}" if row.storage is None else f"{printable(row.storage)}:{row.offset:,}"
+
+
+def _tensor_lines(report: FileReport) -> list[str]:
     rows = [
         (
-            row.name,
+            printable(row.name),
             _dtype_name(row.dtype),
             "[" + ", ".join(map(str, row.shape)) + "]",
             f"{row.nbytes:,}",
-            "" if row.offset is None else f"{row.offset:,}",
+            _offset_cell(row),
         )
         for row in report.tensors
     ]
-    lines += _table(("name", "dtype", "shape", "bytes", "offset"), rows, right={3, 4})
-    lines.append("")
-    lines.append(
-        f"total: {len(report.tensors):,} tensors, {report.total_numel:,} elements, "
-        f"{report.total_nbytes:,} bytes"
-    )
+    offset = "storage:offset" if any(row.storage for row in report.tensors) else "offset"
+    return _table(("name", "dtype", "shape", "bytes", offset), rows, right={3, 4})
+
+
+def _total(report: FileReport) -> str:
+    count = plural(len(report.tensors), "tensor")
+    if report.listed_from is not None:
+        count += f" (of {report.listed_from:,})"
+    return f"total: {count}, {report.total_numel:,} elements, {report.total_nbytes:,} bytes"
+
+
+def render_text(report: FileReport) -> str:
+    """The report as a person reads it: format, metadata, objects, a table of tensors, totals."""
+    version = f" (version {printable(report.version)})" if report.version else ""
+    lines = [
+        f"file:     {printable(report.path)} ({report.file_size:,} bytes)",
+        f"format:   {report.format}{version}",
+        *_pairs("metadata:", report.metadata),
+        *_pairs("scalars:", report.scalars),
+        *_others(report),
+        *_suspicious(report.scan),
+        "",
+        *_tensor_lines(report),
+        "",
+        _total(report),
+    ]
     return "\n".join(lines)

@@ -3,6 +3,10 @@
 Each format of the registry (`weightstore.formats.FORMATS`) has one summarizer in
 `SUMMARIZERS`, keyed by the format's name and checked against the registry at import; the CLI
 detects the format through the registry and calls it. A new format is one function and one row.
+
+A PyTorch checkpoint also holds objects: its non-tensor entries are listed apart (as short text
+and as JSON values), and the globals its pickle names that ``torch.load`` would import are
+scanned for (`weightstore.cli._objects`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weightstore.burnpack import BurnpackReader
+from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -21,7 +26,7 @@ from weightstore.errors import (
     UnsupportedObjectError,
 )
 from weightstore.formats import FORMATS, detect_format
-from weightstore.pytorch_reader import PytorchReader
+from weightstore.pytorch_reader import LazyTensor, PytorchReader
 from weightstore.safetensors import SafetensorsReader
 
 __all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
@@ -35,7 +40,10 @@ class TensorRow:
     dtype: DType
     shape: tuple[int, ...]
     nbytes: int
-    offset: int | None = None  # absolute byte offset, where the format has one
+    # Burnpack, SafeTensors: the absolute byte offset in the file. PyTorch: the byte offset
+    # inside the storage named by `storage` (a zip's ``data/<key>`` entry).
+    offset: int | None = None
+    storage: str | None = None
 
     @property
     def numel(self) -> int:
@@ -51,11 +59,15 @@ class FileReport:
     format: str  # the registry's name of the format
     file_size: int
     version: str | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # values are JSON types
     scalars: dict[str, Any] = field(default_factory=dict)
     tensors: list[TensorRow] = field(default_factory=list)
-    # Non-tensor entries (PyTorch checkpoints carry configs, epochs, ...): name -> short repr.
+    # Non-tensor entries (PyTorch checkpoints carry configs, epochs, ...): name -> short text,
+    # and the same entries as JSON values. The key "" is the whole file, when it is one object.
     others: dict[str, str] = field(default_factory=dict)
+    other_values: dict[str, Any] = field(default_factory=dict)
+    scan: Scan | None = None  # PyTorch: the suspicious globals its pickle names
+    listed_from: int | None = None  # tensors before `--filter`, when one was applied
 
     @property
     def total_nbytes(self) -> int:
@@ -80,7 +92,7 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
             file_size=os.path.getsize(path),
             version=str(pack.version),
             metadata=dict(pack.metadata()),
-            scalars={key: scalar.value for key, scalar in pack.scalars.items()},
+            scalars={key: to_json(scalar.value) for key, scalar in pack.scalars.items()},
             tensors=rows,
         )
 
@@ -101,24 +113,55 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
 
 
 def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
-    with PytorchReader(path, top_level_key=options.get("top_level_key")) as reader:
+    top_level_key = options.get("top_level_key")
+    with PytorchReader(path, top_level_key=top_level_key) as reader:
+        rows, broken = _pytorch_rows(reader)
         meta = reader.metadata()
-        rows, broken = [], {}
-        for name in reader:
-            try:
-                tensor = reader.tensor(name)
-                rows.append(TensorRow(name, tensor.dtype, tensor.shape, tensor.nbytes))
-            except (DTypeError, UnsupportedObjectError, DescriptorError) as err:
-                broken[name] = f"unreadable tensor: {err.detail}"  # listed, not fatal
         facts = ("format", "byte_order", "pickle_protocol", "format_version", "storage_alignment")
+        others = reader.others()
+        values = {name: to_json(reader.load_object(name)) for name in others}
+        root = reader.load_object() if top_level_key is None else _whole_file(path)
+        if not isinstance(root, dict) and not rows and not broken:
+            others[""], values[""] = describe_value(root), to_json(root)  # one bare object
         return FileReport(
             path=path,
             format="pytorch",
             file_size=os.path.getsize(path),
-            metadata={key: str(meta[key]) for key in facts if meta[key] is not None},
+            metadata={key: meta[key] for key in facts if meta[key] is not None},
             tensors=rows,
-            others={**reader.others(), **broken},
+            others={**others, **broken},
+            other_values={**values, **broken},
+            scan=scan_globals(root),
         )
+
+
+def _pytorch_rows(reader: PytorchReader) -> tuple[list[TensorRow], dict[str, str]]:
+    """The readable tensors as rows, and the unreadable ones as name -> reason."""
+    rows, broken = [], {}
+    for name in reader:
+        try:
+            tensor = reader.tensor(name)
+            storage, offset = _storage_place(tensor)
+            rows.append(TensorRow(name, tensor.dtype, tensor.shape, tensor.nbytes, offset, storage))
+        except (DTypeError, UnsupportedObjectError, DescriptorError) as err:
+            broken[name] = f"unreadable tensor: {err.detail}"  # listed, not fatal
+    return rows, broken
+
+
+def _storage_place(tensor: LazyTensor) -> tuple[str | None, int | None]:
+    """The storage key a tensor views and its first byte there (legacy views included)."""
+    storage = tensor.storage
+    if storage is None:  # a meta tensor, or values rebuilt from a NumPy array
+        return None, None
+    first = tensor.storage_offset + (storage.view[0] if storage.view is not None else 0)
+    return storage.key, tensor.dtype.nbytes((first,))
+
+
+def _whole_file(path: str) -> object:
+    """The decoded value of the whole checkpoint, for the scan when a top-level key narrowed
+    the listing: globals elsewhere in the file matter as much."""
+    with PytorchReader(path) as whole:
+        return whole.load_object()
 
 
 Summarizer = Callable[[str, dict[str, Any]], FileReport]

@@ -23,14 +23,24 @@ __all__ = ["FORMAT"]
 
 # Protocol 0 and 1 pickles (the oldest legacy files) spell the magic number as a text LONG.
 _LEGACY_TEXT_MAGIC: Final = b"L" + str(MAGIC_NUMBER).encode()
+# What may follow PROTO: 2 to 5 today, with room for protocols Python may add (the reader then
+# names the version it cannot read). 0 and 1 never follow it, since only protocol 2+ writes
+# PROTO; refusing them keeps a SafeTensors file whose header length is 128 or 384 bytes, cut
+# before its "{", from passing for a pickle.
+_PICKLE_PROTOCOLS: Final = range(2, 16)
 assert TAR_MAGIC_OFFSET + len(TAR_MAGIC) <= PROBE_SIZE, "a sniffer must see the tar magic"
 
 
 def _sniff(head: bytes, size: int) -> bool:
+    """A zip or tar signature, a pickle's PROTO opcode and protocol, or the legacy text magic.
+
+    Only the signature is checked, never what follows, so a truncated checkpoint is still
+    recognised and the reader reports the damage (a zip cut short has no central directory).
+    """
     return (
         head[: len(ZIP_MAGIC)] == ZIP_MAGIC
         or head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + len(TAR_MAGIC)] == TAR_MAGIC
-        or head[:1] == bytes([PICKLE_PROTO])
+        or (len(head) >= 2 and head[0] == PICKLE_PROTO and head[1] in _PICKLE_PROTOCOLS)
         or head.startswith(_LEGACY_TEXT_MAGIC)
     )
 

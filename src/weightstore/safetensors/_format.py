@@ -8,7 +8,12 @@ from collections.abc import Iterable, Mapping
 from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 from weightstore.dtypes import from_name
 from weightstore.entry import TensorEntry
-from weightstore.safetensors._layout import EXTENSION, HEADER_SIZE_FIELD, PREFIX_SIZE
+from weightstore.safetensors._layout import (
+    EXTENSION,
+    HEADER_SIZE_FIELD,
+    MAX_HEADER_SIZE,
+    PREFIX_SIZE,
+)
 from weightstore.safetensors._reader import SafetensorsReader
 from weightstore.safetensors._writer import SafetensorsWriter
 
@@ -16,11 +21,18 @@ __all__ = ["FORMAT"]
 
 
 def _sniff(head: bytes, size: int) -> bool:
-    """A u64 header length that fits the file, then the JSON object's opening brace."""
+    """A plausible u64 header length, then the JSON object's opening brace.
+
+    Plausible means within the reader's default MAX_HEADER_SIZE, or (a header someone trusted
+    with a raised ``max_header_size=``) within the file. The length need not fit the file: a
+    truncated file is still recognised, so its reader reports the damage (a `TruncatedError`
+    with the bytes the header needs and the bytes there) instead of "not a SafeTensors file".
+    Text never passes: any text in bytes 4 to 7 makes the length at least 2**32.
+    """
     if len(head) <= PREFIX_SIZE or head[PREFIX_SIZE : PREFIX_SIZE + 1] != b"{":
         return False
     (header_size,) = HEADER_SIZE_FIELD.unpack(head[:PREFIX_SIZE])
-    return bool(PREFIX_SIZE + header_size <= size)
+    return bool(header_size <= MAX_HEADER_SIZE or PREFIX_SIZE + header_size <= size)
 
 
 def _store_writer(

@@ -8,25 +8,32 @@ call, never at load time. `BurnpackStore`, `SafetensorsStore` and `PytorchStore`
 their format and defaults (`_declared.py`).
 
 Loads go: container reader (header only) -> snapshots -> remap -> index mapping ->
-from-adapter -> apply. Saves go: model -> collect (filter, to-adapter) -> remap -> writer.
+from-adapter -> apply. Saves go: source (a model, or a store, reader, state dict or snapshots)
+-> collect (filter, to-adapter) -> remap -> writer, one tensor read at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from weightstore._atomic import write_atomic
 from weightstore._format import PROBE_SIZE, ContainerFormat
 from weightstore._version import __version__
 from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyResult
+from weightstore.apply_result import ApplyResult, LoadRules
+from weightstore.bridge import source_for
 from weightstore.entry import TensorEntry
-from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
+from weightstore.errors import (
+    FileMissingError,
+    InvalidOptionError,
+    PathIsDirectoryError,
+    UnsupportedFormatError,
+    WeightstoreError,
+)
 from weightstore.formats import (
     FORMATS,
     detect_format,
@@ -42,7 +49,8 @@ from weightstore.paths import (
     map_indices_contiguous,
     map_indices_contiguous_except,
 )
-from weightstore.snapshot import TensorSnapshot
+from weightstore.snapshot import TensorSnapshot, reader_snapshots
+from weightstore.stores._load_failure import LoadFailedError, store_fix
 from weightstore.transfer import IndexMapper, apply, collect
 
 __all__ = ["LoadFailedError", "Store", "StoreOptions"]
@@ -51,12 +59,20 @@ StoreT = TypeVar("StoreT", bound="Store")
 Buffer = bytes | bytearray | memoryview
 
 
-class LoadFailedError(WeightstoreError, ValueError):
-    """A store load left the model incomplete or inconsistent; `result` has every detail."""
-
-    def __init__(self, result: ApplyResult, hint: str, *, path: str | None = None) -> None:
-        self.result = result
-        super().__init__(f"the load did not succeed\n{result}\n\nHint: {hint}", path=path)
+def _checked_top_level_key(store: Store, result: ApplyResult) -> str | None:
+    """The top-level key `result`'s prefix change points at, if `store` can read a
+    checkpoint under one and this file opens under that key; else None."""
+    change = result.prefix_change()
+    key = None if change is None else change.top_level_key
+    options_ok = "top_level_key" in store.format.store_options
+    if key is None or not options_ok or store.options.top_level_key is not None:
+        return None
+    try:
+        reader = store.with_top_level_key(key)._open()
+    except WeightstoreError:  # not a key of the top-level dict: the remapping is the fix
+        return None
+    reader.close()
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +168,24 @@ class Store:
         On a declared store the format is the store's. On `Store` itself it is picked from the
         file's first bytes when the file exists, else from its extension (a save target).
 
+        A missing file is no error here, since the path may be a save target: reading it
+        (`keys`, a load, `read_metadata`) raises `FileMissingError`.
+
         Raises:
+            PathIsDirectoryError: `path` is a directory a save would write onto (a burnpack
+                path without an extension is exempt: saves write ``<path>.bpk``).
             UnsupportedFormatError: `Store.from_file` on a file no format recognises, or on a
                 new path whose extension names no format.
         """
         filename = os.fspath(path)
         if cls.FORMAT is not None:
-            return cls(path=filename)
+            if os.path.isdir(filename) and cls.FORMAT.path_for_write(filename) == filename:
+                raise PathIsDirectoryError(filename)
+            return _new_store(cls, path=filename)
+        if os.path.isdir(filename):  # no format's save goes beside a directory named so
+            raise PathIsDirectoryError(filename)
         fmt = _format_of_path(filename)
-        return cast(StoreT, _STORE_FOR_FORMAT[fmt.name](path=filename))
+        return _new_store(cast(type[StoreT], _STORE_FOR_FORMAT[fmt.name]), path=filename)
 
     @classmethod
     def from_bytes(cls: type[StoreT], data: Buffer | None = None) -> StoreT:
@@ -183,7 +208,7 @@ class Store:
                 f"{fmt.title} stores read files only; use {cls.__name__}.from_file",
                 format=fmt.name,
             )
-        return cls(output=_Output(None if data is None else bytes(data)))
+        return _new_store(cls, output=_Output(None if data is None else bytes(data)))
 
     @classmethod
     def from_static(cls: type[StoreT], buffer: Buffer) -> StoreT:
@@ -199,7 +224,7 @@ class Store:
             raise InvalidOptionError(
                 f"{fmt.title} stores cannot view a buffer in place", format=fmt.name
             )
-        return cast(StoreT, store_type(static=buffer))
+        return cast(StoreT, _new_store(store_type, static=buffer))
 
     # -- builders -------------------------------------------------------------------------------
 
@@ -344,7 +369,7 @@ class Store:
         fmt = self._format()
         if self._path is not None:
             filename = self._file_path(for_write=False)
-            head, size = read_probe(filename)
+            head, size = _probe(filename)
             self._refuse_foreign(head, size, filename)
             options = {}
             if self._options.top_level_key is not None:
@@ -384,21 +409,7 @@ class Store:
 
     def _read_snapshots(self) -> list[TensorSnapshot]:
         """Snapshots as the container names them, in file order, before remapping."""
-        reader = self._open()
-        snapshots = []
-        for name in reader.names_in_file_order():
-            descriptor = reader.descriptor(name)
-            snapshots.append(
-                TensorSnapshot(
-                    tuple(name.split(".")),
-                    descriptor.dtype,
-                    tuple(descriptor.shape),
-                    functools.partial(reader.get, name),
-                    (),
-                    descriptor.param_id,
-                )
-            )
-        return snapshots
+        return reader_snapshots(self._open())
 
     def read_metadata(self) -> dict[str, str]:
         """The source's metadata as strings (PyTorch: the layout's facts)."""
@@ -445,21 +456,39 @@ class Store:
 
     # -- pipelines ------------------------------------------------------------------------------
 
-    def collect_from(self, model: object) -> None:
-        """Save `model` into this store (file or memory), filtered, adapted and renamed.
+    def collect_from(self, model: object) -> str | None:
+        """Save `model`, or any other source, into this store (file or memory), filtered,
+        adapted and renamed by this store's options; one tensor is read at a time.
+
+        Args:
+            model: a torch module or a dict of NumPy arrays; or a model-free source: another
+                store (its tensors as `get_all_snapshots` gives them), a container reader, a
+                state dict (names -> torch tensors, NumPy arrays or `TensorSnapshot`s), an
+                iterable of `TensorSnapshot`s.
+
+        Returns:
+            The path written (after the extension rule: ``model`` -> ``model.bpk``), or None
+            for a memory store (`get_bytes` has the file).
 
         Raises:
-            InvalidOptionError: the format is read-only, or the store views a static buffer.
+            InvalidOptionError: the format is read-only, the store views a static buffer,
+                `model` is no source, or the to-adapter needs module types the source lacks.
             DestinationExistsError: the file exists and `overwrite` is off.
         """
         options = self._options
+        source = source_for(model)
         snapshots = collect(
-            model, options.filter, options.to_adapter, dedupe_tied=options.dedupe_tied
+            source, options.filter, options.to_adapter, dedupe_tied=options.dedupe_tied
         )
         self._cache = None
-        self._write_snapshots(self._remapped(snapshots))
+        return self._write_snapshots(self._remapped(snapshots), framework=source.framework)
 
-    def _write_snapshots(self, snapshots: Sequence[TensorSnapshot]) -> None:
+    def _write_snapshots(
+        self, snapshots: Sequence[TensorSnapshot], *, framework: str | None = None
+    ) -> str | None:
+        """Write `snapshots` as this store's format; the path written, or None for memory.
+        `framework` (``"pt"``) replaces the default ``format`` metadata where the format
+        names frameworks there (`_FRAMEWORK_FORMATS`)."""
         fmt = self._format()
         if fmt.writer is None:
             raise InvalidOptionError(
@@ -470,20 +499,34 @@ class Store:
         entries = [
             TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
         ]
-        writer = fmt.writer(entries, self._options.metadata)
+        writer = fmt.writer(entries, _save_metadata(self._options.metadata, fmt, framework))
         if self._path is not None:
             # The store has already applied the extension rule (or auto_extension(False)).
-            write_atomic(
-                self._file_path(for_write=True), writer.write_to, overwrite=self._options.overwrite
-            )
-        elif self._output is not None:
+            target = self._file_path(for_write=True)
+            write_atomic(target, writer.write_to, overwrite=self._options.overwrite)
+            return target
+        if self._output is not None:
             self._output.data = writer.to_bytes()
-        else:
-            raise InvalidOptionError("a static buffer store is read-only")
+            return None
+        raise InvalidOptionError("a static buffer store is read-only")
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
-        """Load this store into `model`, raising `LoadFailedError` as the options say."""
+        """Load this store into `model`, raising `LoadFailedError` as the options say.
+
+        The load is judged before anything is written (`transfer.apply` with `LoadRules`), so
+        a load that fails for certain leaves the model unchanged; what only the model's own
+        load code or the data can tell is judged after (the error then says the model is
+        partly loaded).
+
+        Raises:
+            LoadFailedError: shape, dtype or load errors (unless ``validate(False)``); model
+                tensors missing from the source (unless ``allow_partial()``); and, whatever
+                the options, a load that writes nothing into a model that has tensors. Its
+                message names the fix (a key remapping when the names differ by a prefix).
+        """
         options = self._options
+        path = None if self._path is None else self._file_path(for_write=False)
+        rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
         result = apply(
             model,
             list(self.get_all_snapshots().values()),
@@ -492,20 +535,14 @@ class Store:
             device=device,
             map_indices=self._index_mapper(),
             skip_enum_variants=options.skip_enum_variants,
-            source_path=self._path,
+            source_path=path,
+            rules=rules,
         )
-        if options.validate and result.errors:
-            raise LoadFailedError(
-                result, "fix the shapes or dtypes, or use .validate(False)", path=self._path
-            )
-        if result.missing and not options.allow_partial:
-            raise LoadFailedError(
-                result,
-                "use .allow_partial(True) on the store to get an ApplyResult with the missing "
-                "tensors instead of an error",
-                path=self._path,
-            )
-        return result
+        result.top_level_key = _checked_top_level_key(self, result)
+        failure = result.refused or rules.failure(result)
+        if failure is None:
+            return result
+        raise LoadFailedError(result, failure, store_fix(result, failure), path=path)
 
     def get_bytes(self) -> bytes:
         """What the last save into a memory-backed store wrote.
@@ -546,3 +583,52 @@ def _format_of_bytes(data: Buffer) -> ContainerFormat:
     view = memoryview(data).cast("B")
     return detect_format_of_bytes(bytes(view[:PROBE_SIZE]), view.nbytes)
 
+
+# Formats whose ``format`` metadata names the framework the tensors are for, not the container:
+# SafeTensors (transformers refuses a file whose ``format`` is not pt, tf, flax or mlx).
+# Burnpack's keeps Burn's meaning, the container's name.
+_FRAMEWORK_FORMATS: Final = frozenset({"safetensors"})
+
+
+class _DefaultFormat(str):
+    """The ``format`` metadata value a new store starts with (the container's name), marked
+    so a save can tell it from one set with `with_metadata`: only this one is replaced by the
+    source's framework (`_save_metadata`). Equal to, and written as, the plain string."""
+
+    __slots__ = ()
+
+
+def _new_store(store_type: type[StoreT], **source: Any) -> StoreT:
+    """A new store of `store_type` over `source` (``path=``, ``output=`` or ``static=``), with
+    the format's default options and the default ``format`` value marked (`_DefaultFormat`)."""
+    options = store_type._defaults()
+    value = options.metadata.get("format")
+    if value is not None:
+        metadata = {**options.metadata, "format": _DefaultFormat(value)}
+        options = dataclasses.replace(options, metadata=metadata)
+    return store_type(options=options, **source)
+
+
+def _save_metadata(
+    metadata: Mapping[str, str], fmt: ContainerFormat, framework: str | None
+) -> dict[str, str]:
+    """The pairs a save writes: the store's, with a default ``format`` replaced by the
+    source's framework where the format reads ``format`` so (`_FRAMEWORK_FORMATS`). Values
+    become plain strings."""
+    pairs = {key: str(value) for key, value in metadata.items()}
+    default = isinstance(metadata.get("format"), _DefaultFormat)
+    if default and framework is not None and fmt.name in _FRAMEWORK_FORMATS:
+        pairs["format"] = framework
+    return pairs
+
+
+def _probe(filename: str) -> tuple[bytes, int]:
+    """`read_probe`, with a missing file or a directory raised as our typed errors."""
+    try:
+        return read_probe(filename)
+    except (FileMissingError, PathIsDirectoryError):
+        raise
+    except FileNotFoundError as err:
+        raise FileMissingError(filename) from err
+    except IsADirectoryError as err:
+        raise PathIsDirectoryError(filename) from err

@@ -1,0 +1,236 @@
+"""`weightstore convert SRC DST`: any readable format into any writable one, one tensor at a time.
+
+The conversion is the library's own save, ``save_into(source, destination_store)``: the source
+is `Store.from_file(SRC)` (format from its bytes), the destination a store of the format DST's
+extension or ``--format`` names, and every flag is a builder of one of the two stores:
+
+    --top-level-key            source   PyTorch: the tensors under one key
+    --filter, --remap          dest     which tensors, renamed how (source names; rules chain)
+    --to-burn, --from-burn     dest     `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter`
+    --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
+    --metadata, --overwrite    dest     pairs written (after the source's own), replace a file
+
+Tensors are read lazily as the writer reaches them, so peak memory is about the largest tensor
+(twice that when an adapter casts or transposes it). List indices keep their numbers (the
+PyTorch store's contiguous renumbering is turned off): a converted file loads into the model
+the source came from.
+
+The layout and half-precision adapters act by the type of the module owning each tensor, which
+a file does not record; `weightstore.cli._modules` infers it from names and shapes, and
+``--module-type PATTERN=TYPE`` says it where inference cannot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from weightstore import formats, save_into
+from weightstore.adapters import (
+    Adapter,
+    BurnToPyTorchAdapter,
+    FloatCastAdapter,
+    HalfPrecisionAdapter,
+    PyTorchToBurnAdapter,
+)
+from weightstore.bridge import ModelFreeSource, source_for
+from weightstore.cli._errors import EXIT_OK, about
+from weightstore.cli._modules import Layout, TypeRule, assign_owners, infer_owners
+from weightstore.cli._progress import Progress
+from weightstore.cli._text import plural, printable
+from weightstore.errors import InvalidOptionError
+from weightstore.formats import ContainerFormat
+from weightstore.paths import PathFilter
+from weightstore.snapshot import TensorSnapshot
+from weightstore.stores import Store
+
+__all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
+
+DTYPE_CHOICES: Final = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
+"""``--dtype`` spellings and the weightstore dtype each casts floats to."""
+
+# Pairs that describe the file being written, not its contents: the destination sets them.
+_WRITER_METADATA: Final = frozenset({"format", "producer", "version"})
+# The flags given as A=B: (flag, metavar, split at the last "=", help).
+_PAIR_FLAGS: Final = (
+    ("--remap", "PATTERN=REPLACEMENT", True, "rename (repeatable; rules chain)"),
+    ("--module-type", "PATTERN=TYPE", True, "owner of matching tensors (repeatable)"),
+    ("--metadata", "KEY=VALUE", False, "a metadata pair (repeatable)"),
+)
+_UNKNOWN_OWNER: Final = ("Unknown",)  # Burn's container type for "no module": adapters pass it
+
+
+def parse_pair(text: str, what: str, *, split_last: bool) -> tuple[str, str]:
+    """``A=B`` as ``(A, B)``, split at the last ``=`` (a regex may hold ``(?<=``) or the first
+    (a metadata value may hold ``=``).
+
+    Raises:
+        argparse.ArgumentTypeError: no ``=``, or an empty left side.
+    """
+    left, sep, right = text.rpartition("=") if split_last else text.partition("=")
+    if not sep or not left:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return left, right
+
+
+def _pair(what: str, split_last: bool) -> Callable[[str], tuple[str, str]]:
+    return lambda text: parse_pair(text, what, split_last=split_last)
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``convert`` on the subcommand table `commands`."""
+    parser = commands.add_parser(
+        "convert", parents=[common], help="convert a file to burnpack or SafeTensors"
+    )
+    parser.add_argument("src", metavar="SRC", help="a burnpack, SafeTensors or PyTorch file")
+    parser.add_argument("dst", metavar="DST", help="the file to write (.bpk or .safetensors)")
+    writable = [fmt.name for fmt in formats.FORMATS if fmt.writable]
+    parser.add_argument("--format", choices=writable, help="DST's format (default: extension)")
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--to-burn", action="store_true", help="torch layout into Burn's")
+    layout.add_argument("--from-burn", action="store_true", help="Burn layout into torch's")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--half", action="store_true", help="F32 <-> F16 (not BatchNorm)")
+    precision.add_argument("--dtype", choices=list(DTYPE_CHOICES), help="cast every float")
+    parser.add_argument(
+        "--filter", metavar="REGEX", action="append", help="keep matching names (repeatable: any)"
+    )
+    for flag, metavar, split_last, text in _PAIR_FLAGS:
+        kind = _pair(metavar, split_last)
+        parser.add_argument(flag, metavar=metavar, action="append", type=kind, help=text)
+    parser.add_argument("--top-level-key", metavar="KEY", help="PyTorch: tensors under KEY")
+    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Convert ``args.src`` into ``args.dst``; prints what was written."""
+    fmt = _destination_format(args.dst, args.format)
+    adapter = _adapter(args)
+    with about(args.src):
+        source_store = Store.from_file(args.src).map_indices_contiguous(False)
+        if args.top_level_key is not None:
+            source_store = source_store.with_top_level_key(args.top_level_key)
+        source = source_for(source_store)
+        assert isinstance(source, ModelFreeSource)  # a store always reads as one
+        snapshots = _owned(source.snapshots(), adapter, args)
+        metadata = _carried_metadata(source_store)
+    store = _destination(args, fmt, adapter, metadata)
+    kept = [s for s in snapshots if store.options.filter.matches(s.full_path, s.container_path)]
+    total = sum(s.nbytes for s in kept)
+    with Progress(total, args.src, quiet=args.quiet) as progress:
+        counted = tuple(_counted(s, progress) for s in snapshots)
+        with about(args.dst):
+            written = save_into(dataclasses.replace(source, items=counted), store)
+    size = os.path.getsize(written) if written else 0
+    print(f"wrote {printable(str(written))} ({fmt.name}): {plural(len(kept), 'tensor')}, "
+          f"{size:,} bytes")  # fmt: skip
+    return EXIT_OK
+
+
+def _destination_format(dst: str, name: str | None) -> ContainerFormat:
+    """The format DST is written in: ``--format``, else its extension's."""
+    fmt = formats.format_named(name) if name else formats.format_for_name(dst)
+    names = [f.name for f in formats.FORMATS if f.writable]
+    if fmt is None:
+        raise InvalidOptionError(
+            f"{dst}: the extension names no format; use .bpk or .safetensors, or --format "
+            + "|".join(names), option="format"
+        )  # fmt: skip
+    if not fmt.writable:
+        raise InvalidOptionError(
+            f"{dst}: {fmt.title} files cannot be written; convert to {' or '.join(names)}",
+            option="format", format=fmt.name,
+        )  # fmt: skip
+    return fmt
+
+
+def _adapter(args: argparse.Namespace) -> Adapter | None:
+    """The layout adapter, then the precision adapter, chained; None when neither is asked."""
+    parts: list[Adapter] = []
+    if args.to_burn:
+        parts.append(PyTorchToBurnAdapter())
+    if args.from_burn:
+        parts.append(BurnToPyTorchAdapter())
+    if args.half:
+        parts.append(HalfPrecisionAdapter())
+    if args.dtype:
+        parts.append(FloatCastAdapter.to(DTYPE_CHOICES[args.dtype]))
+    if not parts:
+        return None
+    adapter = parts[0]
+    for part in parts[1:]:
+        adapter = adapter.chain(part)
+    return adapter
+
+
+def _flags(args: argparse.Namespace) -> str:
+    """The module-typed flags given, as the user typed them (for messages)."""
+    asked = [("--to-burn", args.to_burn), ("--from-burn", args.from_burn), ("--half", args.half)]
+    return " with ".join(flag for flag, given in asked if given)
+
+
+def _owned(
+    snapshots: Sequence[TensorSnapshot], adapter: Adapter | None, args: argparse.Namespace
+) -> list[TensorSnapshot]:
+    """Snapshots with their owning module's type, when an adapter decides by it; every one
+    gets a type (``Unknown`` where none applies), as module-typed adapters require."""
+    if not _flags(args):
+        return list(snapshots)
+    assert adapter is not None
+    layout: Layout | None = "torch" if args.to_burn else "burn" if args.from_burn else None
+    owners = infer_owners({s.full_path: s.shape for s in snapshots}, layout)
+    with about("--module-type"):
+        rules = [TypeRule(PathFilter().with_regex(p), t) for p, t in args.module_type or ()]
+    owned = assign_owners(snapshots, owners, rules, adapter, _flags(args))
+    return [s if s.container else dataclasses.replace(s, container=_UNKNOWN_OWNER) for s in owned]
+
+
+def _carried_metadata(store: Store) -> dict[str, str]:
+    """The source's own metadata pairs, less those describing the writer. A read-only format's
+    `metadata` (PyTorch's) is facts about its layout, not pairs to carry."""
+    if not store.format.writable:
+        return {}
+    pairs = store.read_metadata()
+    return {k: v for k, v in pairs.items() if k not in _WRITER_METADATA}
+
+
+def _destination(
+    args: argparse.Namespace,
+    fmt: ContainerFormat,
+    adapter: Adapter | None,
+    metadata: dict[str, str],
+) -> Store:
+    """The store DST is written through, every option of the command line set on it; a bad
+    option's error names the flag."""
+    store_type = next(s for s in Store.__subclasses__() if s.FORMAT is fmt)
+    with about(args.dst):
+        store = store_type.from_file(args.dst).overwrite(args.overwrite)
+    with about("--filter"):
+        store = store.with_regexes(args.filter or ())
+    with about("--remap"):
+        for pattern, replacement in args.remap or ():
+            store = store.with_key_remapping(pattern, replacement)
+    if adapter is not None:
+        store = store.with_to_adapter(adapter)
+    for key, value in [*metadata.items(), *(args.metadata or ())]:
+        store = store.with_metadata(key, value)
+    return store
+
+
+def _counted(snapshot: TensorSnapshot, progress: Progress) -> TensorSnapshot:
+    """`snapshot`, counting its bytes on `progress` when the writer reads it."""
+    load = snapshot.load
+
+    def counted() -> np.ndarray[Any, Any]:
+        array = load()
+        progress.advance(snapshot.nbytes)
+        return array
+
+    return dataclasses.replace(snapshot, load=counted)

@@ -1,0 +1,94 @@
+"""`weightstore inspect`: what one or more files hold, read from their headers.
+
+Each file's format comes from its bytes (`weightstore.formats`); no tensor data is read. A file
+that fails prints its one-line error and the others are still listed. A PyTorch checkpoint
+whose pickle names suspicious globals (`weightstore.cli._objects`) is listed in full, then
+refused with exit code 2 unless ``--allow-objects``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from weightstore.cli._errors import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    about,
+    describe,
+    print_error,
+    report_failure,
+)
+from weightstore.cli._render import json_document, render_text
+from weightstore.cli._report import FileReport, summarize
+from weightstore.cli._text import dump_json
+from weightstore.paths import PathFilter
+
+__all__ = ["add_parser", "flag_objects", "run"]
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``inspect`` on the subcommand table `commands`."""
+    parser = commands.add_parser(
+        "inspect", parents=[common], help="show files' format, metadata, objects and tensors"
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="a .bpk, .safetensors or .pt")
+    parser.add_argument("--json", action="store_true", help="print JSON (a list for several)")
+    parser.add_argument("--filter", metavar="REGEX", help="list only tensors whose name matches")
+    parser.add_argument(
+        "--top-level-key", metavar="KEY", help="PyTorch: list the tensors under this key only"
+    )
+    parser.add_argument(
+        "--allow-objects",
+        action="store_true",
+        help="PyTorch: accept pickles that name globals outside torch, NumPy and collections",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """List every file of ``args.paths``; the worst exit code of them all."""
+    with about("--filter"):
+        keep = PathFilter().with_regex(args.filter) if args.filter else None
+    code, documents = EXIT_OK, []
+    for index, path in enumerate(args.paths):
+        try:
+            with about(path):
+                report = _filtered(summarize(path, top_level_key=args.top_level_key), keep)
+        except Exception as err:
+            code = max(code, report_failure(err, args.debug))
+            documents.append({"path": path, "error": describe(err)[0]})
+            continue
+        documents.append(json_document(report))
+        if not args.json:  # each report as soon as it is ready, a blank line between
+            print(("\n" if index else "") + render_text(report))
+        if not args.allow_objects:
+            code = max(code, flag_objects(report))
+    if args.json:
+        print(dump_json(documents[0] if len(args.paths) == 1 else documents))
+    return code
+
+
+def _filtered(report: FileReport, keep: PathFilter | None) -> FileReport:
+    if keep is None:
+        return report
+    rows = [row for row in report.tensors if keep.matches(row.name)]
+    return dataclasses.replace(report, tensors=rows, listed_from=len(report.tensors))
+
+
+def flag_objects(report: FileReport) -> int:
+    """Print the error for a report whose pickle names suspicious globals; its exit code."""
+    scan = report.scan
+    if scan is None or not scan.flagged:
+        return EXIT_OK
+    names = ", ".join(g.qualname for g in scan.suspicious[:5])
+    more = len(scan.suspicious) - 5
+    what = f"the pickle names {names}" + (f" and {more:,} more" if more > 0 else "")
+    if not scan.complete:
+        what = f"{what}; the scan stopped early" if scan.suspicious else "the scan stopped early"
+    print_error(
+        f"{report.path}: {what}, which torch.load would import and may run; pass "
+        "--allow-objects to accept it"
+    )
+    return EXIT_BAD_INPUT

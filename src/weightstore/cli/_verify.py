@@ -1,0 +1,217 @@
+"""`weightstore verify PATH...`: full validation of each file, and every tensor byte read.
+
+Opening a file through the registry's reader checks its whole structure (header, metadata,
+descriptors, that the tensors tile the data section; for PyTorch the archive, the pickle and
+every tensor's view of its storage). Then each tensor is read through the reader (`get`, or
+the stored bytes for dtypes NumPy cannot hold) and every byte of it touched, one tensor at a
+time. A tensor that fails is reported and the others are still read.
+
+A PyTorch checkpoint whose pickle names suspicious globals (`weightstore.cli._objects`) fails
+unless ``--allow-objects``: weightstore ran nothing, but ``torch.load`` would.
+
+Output: one line per file (``ok`` or ``FAILED``), each problem indented below it. Exit 0 when
+every file passes, else 2 (with a one-line error on stderr per failed file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from weightstore._format import TensorReader
+from weightstore.cli._errors import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    about,
+    describe,
+    print_error,
+)
+from weightstore.cli._objects import Scan, scan_globals
+from weightstore.cli._open import open_file
+from weightstore.cli._progress import Progress
+from weightstore.cli._text import plural, printable
+from weightstore.errors import DTypeError, WeightstoreError
+
+__all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
+
+TOUCH_CHUNK_SIZE: Final = 16 * 2**20  # bytes checksummed at once, so progress moves smoothly
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What verifying one file found.
+
+    Attributes:
+        path: the file. format: its format's name, once known.
+        tensors: tensors read in full. nbytes: bytes read.
+        problems: one line per failure (``tensor 'x': what``, or the file's own failure).
+        scan: PyTorch: the suspicious globals its pickle names.
+        objects_allowed: ``--allow-objects`` was given, so the scan does not fail the file.
+    """
+
+    path: str
+    format: str | None = None
+    tensors: int = 0
+    nbytes: int = 0
+    problems: list[str] = field(default_factory=list)
+    scan: Scan | None = None
+    objects_allowed: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether the file fails verification."""
+        flagged = self.scan is not None and self.scan.flagged and not self.objects_allowed
+        return bool(self.problems) or flagged
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``verify`` on the subcommand table `commands`."""
+    parser = commands.add_parser(
+        "verify", parents=[common], help="validate files fully and read every tensor byte"
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="a .bpk, .safetensors or .pt")
+    parser.add_argument("--top-level-key", metavar="KEY", help="PyTorch: verify KEY's tensors")
+    parser.add_argument(
+        "--allow-objects",
+        action="store_true",
+        help="PyTorch: accept pickles that name globals outside torch, NumPy and collections",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Verify each file of ``args.paths``; 0 when all pass, else 2."""
+    code = EXIT_OK
+    for path in args.paths:
+        verdict = verify_file(path, args)
+        print(_text(verdict))
+        if verdict.failed:
+            count = plural(len(verdict.problems) + _flag_count(verdict), "problem")
+            print_error(f"{path}: verification failed ({count})")
+            code = EXIT_BAD_INPUT
+    return code
+
+
+def verify_file(path: str, args: argparse.Namespace) -> Verdict:
+    """Open `path`, validating its structure, and read every tensor."""
+    verdict = Verdict(path, objects_allowed=args.allow_objects)
+    try:
+        with about(path):
+            fmt, reader = open_file(path, top_level_key=args.top_level_key)
+    except Exception as err:  # the file as a whole fails: that is the report
+        verdict.problems.append(_problem(err, path))
+        return verdict
+    verdict.format = fmt.name
+    with reader:
+        _read_all(reader, verdict, args.quiet)
+        load_object = getattr(reader, "load_object", None)
+        if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
+            verdict.scan = scan_globals(_whole_file(reader, path, args.top_level_key))
+    return verdict
+
+
+def _whole_file(reader: Any, path: str, top_level_key: str | None) -> object:
+    if top_level_key is None:
+        return reader.load_object()
+    _, whole = open_file(path)  # the scan covers the whole file, not the selected key
+    with whole:
+        return whole.load_object()  # type: ignore[attr-defined]
+
+
+def _read_all(reader: TensorReader, verdict: Verdict, quiet: bool) -> None:
+    names = reader.names_in_file_order()
+    total = sum(_nbytes(reader, name) for name in names)
+    with Progress(total, verdict.path, quiet=quiet) as progress:
+        for name in names:
+            try:
+                with about(verdict.path):
+                    nbytes = _touch(_read(reader, name), progress.advance)
+            except Exception as err:
+                verdict.problems.append(_problem(err, verdict.path, name))
+                continue
+            verdict.tensors += 1
+            verdict.nbytes += nbytes
+
+
+def _nbytes(reader: TensorReader, name: str) -> int:
+    try:
+        info = reader.descriptor(name)
+        return info.dtype.nbytes(tuple(info.shape))
+    except WeightstoreError:  # reported when the tensor is read
+        return 0
+
+
+def _read(reader: TensorReader, name: str) -> np.ndarray[Any, Any] | memoryview:
+    """The tensor as the reader gives it, or its stored bytes when NumPy cannot hold it."""
+    try:
+        array: np.ndarray[Any, Any] = reader.get(name)
+        return array
+    except DTypeError:
+        get_bytes = getattr(reader, "get_bytes", None)
+        if get_bytes is None:
+            raise
+        data: memoryview = get_bytes(name)
+        return data
+
+
+def _touch(data: np.ndarray[Any, Any] | memoryview, advance: Any) -> int:
+    """Read every byte of `data` (a checksum pass); the bytes read."""
+    if isinstance(data, np.ndarray):
+        view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+    else:
+        view = data.cast("B")
+    for start in range(0, view.nbytes, TOUCH_CHUNK_SIZE):
+        chunk = view[start : start + TOUCH_CHUNK_SIZE]
+        zlib.crc32(chunk)
+        advance(chunk.nbytes)
+    return view.nbytes
+
+
+def _problem(err: BaseException, path: str, tensor: str | None = None) -> str:
+    """One report line for `err`: the error line without the file, which heads the report."""
+    message, _ = describe(err)
+    for prefix in (f"{path}, ", f"{path}: "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+            break
+    if tensor is not None and not message.startswith("tensor "):
+        message = f"tensor {tensor!r}: {message}"
+    return message
+
+
+def _flag_count(verdict: Verdict) -> int:
+    scan = verdict.scan
+    if scan is None or verdict.objects_allowed:
+        return 0
+    return len(scan.suspicious) + (0 if scan.complete else 1)
+
+
+def _text(verdict: Verdict) -> str:
+    state = "FAILED" if verdict.failed else "ok"
+    if verdict.format is not None:
+        read = f"{plural(verdict.tensors, 'tensor')}, {verdict.nbytes:,} bytes read"
+        state += f" ({verdict.format}, {read})"
+    lines = [f"{printable(verdict.path)}: {state}"]
+    lines += [f"  {printable(problem)}" for problem in verdict.problems]
+    lines += _scan_lines(verdict)
+    return "\n".join(lines)
+
+
+def _scan_lines(verdict: Verdict) -> list[str]:
+    scan = verdict.scan
+    if scan is None or not scan.flagged:
+        return []
+    note = "allowed by --allow-objects" if verdict.objects_allowed else "pass --allow-objects"
+    lines = [
+        f"  suspicious global {printable(g.qualname)} at {printable(repr(g.where))} "
+        f"(torch.load would import it; {note})"
+        for g in scan.suspicious
+    ]
+    if not scan.complete:
+        lines.append(f"  the scan of the pickle's objects stopped early ({note})")
+    return lines
