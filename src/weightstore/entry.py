@@ -79,6 +79,14 @@ class TensorEntry:
     quant_scheme: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        # Both formats store names as UTF-8; a Python str may hold a lone surrogate (from a
+        # pickle or JSON escape) that no UTF-8 encoder takes, so refuse it before any writing.
+        try:
+            self.name.encode("utf-8")
+        except (UnicodeEncodeError, AttributeError):
+            raise EntryError(
+                "name is not text that UTF-8 can hold (a lone surrogate)", tensor=self.name
+            ) from None
         if self.nbytes < 0:
             if self.dtype.kind == "q":
                 raise EntryError("a quantized entry must declare nbytes", tensor=self.name)
