@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "weightstore._version": 0,
     "weightstore.errors": 0,
     "weightstore.dtypes": 0,
+    "weightstore._render": 0,  # bounded rendering of file content, for every message
     # 1: byte sources: where bytes come from and how they reach a disk atomically.
     "weightstore._bytesource": 1,
     "weightstore._atomic": 1,
@@ -91,6 +92,7 @@ STANDS_ALONE: dict[str, StandsAlone] = {
         frozenset({
             "weightstore.dtypes", "weightstore.errors", "weightstore._bytesource",
             "weightstore._format",  # the FORMAT record type: a dataclass, no behaviour
+            "weightstore._render",  # bounded_repr: standard library only
         }),
         frozenset({"numpy"}),
     ),

@@ -42,6 +42,7 @@ PUBLIC = [
     "PytorchStore",
     "RemapCollisionError",
     "SafetensorsStore",
+    "SaveFailedError",
     "Scalar",
     "SliceError",
     "Store",

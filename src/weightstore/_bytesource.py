@@ -6,6 +6,18 @@ filesystems where mmap misbehaves (some network mounts, FUSE). A mapped file is 
 copy-on-write (``MAP_PRIVATE``): arrays built on it can be written to, and those writes never
 reach the file.
 
+A mapped file that shrinks under its reader (truncated or rewritten in place by another
+process) would kill the process with SIGBUS at the next touch of a page past its new end, so
+every `MmapSource.read` first checks the file's current size (one ``fstat``) and raises
+`TruncatedError` instead. Arrays already handed out cannot be guarded that way: touching one
+whose bytes are gone still raises SIGBUS. Readers that must survive files changing under them
+use ``mode="pread"``, whose arrays are copies.
+
+Descriptors: an open source holds one. A pread source left unclosed closes it when collected.
+A mapped source's mapping holds Python's duplicate of it until unmapped, before Python 3.13;
+from 3.13 the mapping is made with ``trackfd=False`` and a closed source holds none, however
+many of its arrays live.
+
 Closing a mapped source unmaps the file at once unless arrays still view it; then it is
 unmapped when the last of them is freed. That is safe only because every array over a source's
 bytes is built with `np.frombuffer` (directly, or as the ``buffer=`` of `np.ndarray`): NumPy
@@ -17,8 +29,14 @@ still reads, and touching it would crash the process.
 
 from __future__ import annotations
 
+import errno
+import functools
+import gc
 import mmap
 import os
+import sys
+import weakref
+from collections.abc import Callable
 from typing import BinaryIO, Literal, Protocol
 
 import numpy as np
@@ -97,12 +115,18 @@ class MmapSource(MemorySource):
     for when `close` unmaps)."""
 
     def __init__(self, path: str) -> None:
+        self._map: mmap.mmap | None = None
+        self._file_size: Callable[[], int] | None = None  # the file's size now (an fstat)
+        self._kept_fd: weakref.finalize[[int], MmapSource] | None = None  # closes it, once
         with open_readable(path) as file:
-            size = os.fstat(file.fileno()).st_size
             # mmap refuses empty files; an empty buffer reads the same and fails the same way.
-            self._map: mmap.mmap | None = (
-                mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
-            )
+            if os.fstat(file.fileno()).st_size:
+                self._map, kept_fd = _map_copy_on_write(file.fileno())
+                if kept_fd is None:
+                    self._file_size = self._map.size  # fstat of the mapping's own descriptor
+                else:
+                    self._kept_fd = weakref.finalize(self, os.close, kept_fd)
+                    self._file_size = functools.partial(_fstat_size, kept_fd)
         super().__init__(memoryview(self._map) if self._map is not None else b"", name=path)
         self._path = path
         self._closed = False
@@ -118,12 +142,17 @@ class MmapSource(MemorySource):
         file is empty. `find` searches it without copying; slicing it copies. Arrays are built
         from `read`, never from this (see the module docstring)."""
         self._check_open()
+        self._check_size(0, self._size, "the file", None)
         return b"" if self._map is None else self._map
 
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
-        """As `ByteSource.read`; `ValueError` once the source is closed."""
+        """As `ByteSource.read`; `ValueError` once the source is closed, and `TruncatedError`
+        when the file has shrunk below the range since it was mapped."""
         self._check_open()
-        return super().read(offset, size, what, tensor)
+        view = super().read(offset, size, what, tensor)
+        if size:
+            self._check_size(offset, size, what, tensor)
+        return view
 
     def close(self) -> None:
         """Unmap now, or, while arrays still view the mapping, when the last of them goes.
@@ -134,7 +163,9 @@ class MmapSource(MemorySource):
             return
         self._closed = True
         view, mapping = self._view, self._map
-        self._view, self._map = memoryview(b""), None
+        self._view, self._map, self._file_size = memoryview(b""), None, None
+        if self._kept_fd is not None:
+            self._kept_fd()
         try:
             view.release()
             if mapping is not None:
@@ -146,13 +177,42 @@ class MmapSource(MemorySource):
         if self._closed:
             raise ValueError(f"{self._path}: the file is closed")
 
+    def _check_size(self, offset: int, size: int, what: str, tensor: str | None) -> None:
+        """`TruncatedError` unless the file still holds the range: touching a mapped page past
+        the file's end raises SIGBUS, which no Python code can catch."""
+        if self._file_size is None:
+            return
+        file_size = self._file_size()
+        if offset + size > file_size:
+            found = max(0, file_size - offset)
+            raise TruncatedError(what, size, found, path=self._path, tensor=tensor)
+
+
+def _map_copy_on_write(fd: int) -> tuple[mmap.mmap, int | None]:
+    """Map the whole file `fd` copy-on-write; also return a duplicate of `fd` for size checks
+    where the mapping keeps none.
+
+    Before Python 3.13 the mapping keeps its own duplicate, which `mmap.size` fstats, so none
+    is returned. From 3.13, ``trackfd=False`` keeps none (a closed source whose arrays live on
+    then holds no descriptor), and the source keeps the returned one until it is closed.
+    """
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY, trackfd=False), os.dup(fd)
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY), None
+
+
+def _fstat_size(fd: int) -> int:
+    return os.fstat(fd).st_size
+
 
 class PreadSource(ByteSource):
-    """A file read with `os.pread`: each range is a fresh, writable copy."""
+    """A file read with `os.pread`: each range is a fresh, writable copy. A source that is
+    never closed closes its descriptor when it is collected."""
 
     def __init__(self, path: str) -> None:
-        open_readable(path).close()  # the typed errors for a missing file or a directory
-        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        with open_readable(path) as file:  # the typed errors for a missing file or a directory
+            self._fd = os.dup(file.fileno())
+        self._closer = weakref.finalize(self, os.close, self._fd)
         self._size = os.fstat(self._fd).st_size
         self._name = path
 
@@ -165,7 +225,7 @@ class PreadSource(ByteSource):
         return self._size
 
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
-        if self._fd < 0:
+        if not self._closer.alive:
             raise ValueError(f"{self._name}: the file is closed")
         _check_range(self, offset, size, what, tensor)
         # np.empty, not bytearray: zero-filling would fault every page in twice.
@@ -179,20 +239,30 @@ class PreadSource(ByteSource):
         return view
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._closer()  # closes the descriptor the first time only
 
 
 def open_readable(path: str) -> BinaryIO:
     """`path` opened for reading, or the typed error for a missing file or a directory (every
     source opens through here, so no reader leaks a bare `FileNotFoundError`)."""
     try:
-        return open(path, "rb")
+        return _open_collecting(path)
     except FileNotFoundError as err:
         raise FileMissingError(path) from err
     except IsADirectoryError as err:
         raise PathIsDirectoryError(path) from err
+
+
+def _open_collecting(path: str) -> BinaryIO:
+    """`open(path, "rb")`, retried once after a garbage collection when the process is out of
+    descriptors: unreachable sources in reference cycles hold theirs until the collector runs."""
+    try:
+        return open(path, "rb")
+    except OSError as err:
+        if err.errno != errno.EMFILE:
+            raise
+    gc.collect()
+    return open(path, "rb")
 
 
 def open_source(path: str | os.PathLike[str], mode: ReadMode = "mmap") -> ByteSource:

@@ -1,24 +1,43 @@
-"""What every container reader shares: name lookup, raw byte ranges, closing.
+"""What every container reader shares: shape checks, name lookup, raw byte ranges, closing.
 
-Burnpack and SafeTensors readers differ in how they parse headers and build arrays; looking a
-tensor up by name, slicing its bytes out of the source and releasing the file are the same and
-live here once.
+Burnpack and SafeTensors readers differ in how they parse headers and build arrays; checking a
+descriptor's shape and offsets, looking a tensor up by name, slicing its bytes out of the source
+and releasing the file are the same and live here once. The shape check holds NumPy's limits
+(MAX_DIMS, MAX_ARRAY_SIZE), so a header that opens never fails later inside NumPy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from weightstore._bytesource import ByteSource, MemorySource
+from weightstore._render import bounded_repr
 from weightstore.dtypes import DType
-from weightstore.errors import DescriptorError, DTypeError, TensorNotFoundError
+from weightstore.errors import DescriptorError, DTypeError, LimitExceeded, TensorNotFoundError
 
-__all__ = ["MAX_U64", "ContainerReader", "is_u64", "parse_shape_and_offsets"]
+__all__ = [
+    "MAX_ARRAY_SIZE",
+    "MAX_DIMS",
+    "MAX_U64",
+    "ContainerReader",
+    "is_u64",
+    "parse_shape_and_offsets",
+    "validate_shape",
+]
 
 MAX_U64: Final = 2**64 - 1  # both headers store shapes and offsets as u64 (Rust usize)
+
+# NumPy's own limits, shared by every format whose tensors become arrays. A shape past them
+# passes every length check (a zero-element tensor spans 0 bytes whatever its dims), then fails
+# inside NumPy at first touch with a bare ValueError; so both are checked at open. Neither is
+# a reader option: no file can raise what NumPy can hold.
+MAX_DIMS: Final = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32  # NPY_MAXDIMS
+# ssize_t (np.intp): NumPy refuses a dim, an element count or a byte count past it. It multiplies
+# itemsize by every non-zero dim, so a zero-element (2**61, 0) float32 tensor is "too big" too.
+MAX_ARRAY_SIZE: Final = int(np.iinfo(np.intp).max)
 
 
 def is_u64(value: object) -> bool:
@@ -27,23 +46,28 @@ def is_u64(value: object) -> bool:
 
 
 def parse_shape_and_offsets(
-    fields: Mapping[str, Any], path: str | None, name: str
+    fields: Mapping[str, Any], path: str | None, name: str, dtype: DType
 ) -> tuple[tuple[int, ...], tuple[int, int]]:
     """A descriptor's ``shape`` and ``data_offsets``, checked as both formats require: a list
-    of u64, and a pair of u64 whose end is not before its start.
+    of u64 that NumPy can hold as a `dtype` array (`validate_shape`), and a pair of u64 whose
+    end is not before its start.
 
     Raises:
         DescriptorError: either field is malformed; names the tensor.
+        LimitExceeded: the shape has too many dims or is too large for NumPy.
     """
     shape = fields.get("shape")
     if not isinstance(shape, list) or not all(is_u64(dim) for dim in shape):
         raise DescriptorError(
-            f"shape {shape!r} is not a list of non-negative integers", path=path, tensor=name
+            f"shape {bounded_repr(shape)} is not a list of non-negative integers",
+            path=path,
+            tensor=name,
         )
+    validate_shape(shape, dtype, path, name)
     offsets = fields.get("data_offsets")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(is_u64, offsets)):
         raise DescriptorError(
-            f"data_offsets {offsets!r} is not a pair of non-negative integers",
+            f"data_offsets {bounded_repr(offsets)} is not a pair of non-negative integers",
             path=path,
             tensor=name,
         )
@@ -53,6 +77,31 @@ def parse_shape_and_offsets(
             f"data_offsets end {end:,} is before start {start:,}", path=path, tensor=name
         )
     return tuple(shape), (start, end)
+
+
+def validate_shape(shape: Sequence[int], dtype: DType, path: str | None, name: str) -> None:
+    """Refuse a shape of non-negative ints that NumPy cannot make a `dtype` array of: more than
+    MAX_DIMS dims, or an itemsize times non-zero dims past MAX_ARRAY_SIZE.
+
+    Packed sub-byte dtypes, which NumPy lacks, count one byte per element: the same rule holds
+    for every dtype, so every shape a reader accepts can be reshaped and sliced.
+
+    Raises:
+        LimitExceeded: either limit is passed; `what` is ``"dimension count"`` or the size.
+    """
+    if len(shape) > MAX_DIMS:
+        raise LimitExceeded("dimension count", len(shape), MAX_DIMS, path=path, tensor=name)
+    size = -(-dtype.bits // 8)  # bytes per element, sub-byte dtypes rounded up
+    for dim in shape:  # at most MAX_DIMS factors of at most 64 bits: the product stays small
+        size *= dim or 1
+    if size > MAX_ARRAY_SIZE:
+        raise LimitExceeded(
+            "shape size in bytes, as NumPy counts it (zero dims skipped)",
+            size,
+            MAX_ARRAY_SIZE,
+            path=path,
+            tensor=name,
+        )
 
 
 class _Descriptor(Protocol):

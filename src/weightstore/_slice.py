@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from weightstore._bytesource import ByteSource
+from weightstore._render import bounded_repr
 from weightstore.dtypes import DType
 from weightstore.errors import DTypeError, SliceError
 
@@ -119,20 +120,39 @@ def _normalize_one(item: object, size: int, axis: int) -> Selection:
         try:
             return range(*item.indices(size))
         except (TypeError, ValueError) as err:  # a zero step, or bounds that are not integers
-            raise _InvalidIndex(f"slice {item} on axis {axis}: {err}") from None
+            raise _InvalidIndex(f"slice {_show(item)} on axis {axis}: {err}") from None
     # NumPy reads a bool as a mask and None as a new axis; both change the result's rank in ways
     # a byte-range reader cannot, so they are refused rather than misread as integers.
     if item is None or isinstance(item, (bool, np.bool_)):
-        raise _InvalidIndex(f"index {item!r} on axis {axis} is not supported; use ints and slices")
+        raise _InvalidIndex(
+            f"index {_show(item)} on axis {axis} is not supported; use ints and slices"
+        )
     try:
         index = operator.index(item)  # type: ignore[arg-type]
     except TypeError:
         raise _InvalidIndex(
-            f"index {item!r} on axis {axis} is not an integer, a slice or '...'"
+            f"index {_show(item)} on axis {axis} is not an integer, a slice or '...'"
         ) from None
     if not -size <= index < size:
-        raise _InvalidIndex(f"index {index} is out of range for axis {axis} with size {size}")
+        raise _InvalidIndex(
+            f"index {_show(index)} is out of range for axis {axis} with size {size:,}"
+        )
     return index % size
+
+
+def _show(item: object) -> str:
+    """An index as a message shows it, bounded: a caller's int may have 5,000 digits, which
+    `str()` refuses to print, or a list a million items."""
+    return bounded_repr(item, leaf=_index_leaf)
+
+
+def _index_leaf(value: object) -> str | None:
+    if isinstance(value, slice):
+        parts = (bounded_repr(part) for part in (value.start, value.stop, value.step))
+        return f"slice({', '.join(parts)})"  # bounded_repr cuts the whole to its limit
+    if isinstance(value, (np.integer, np.bool_, np.floating)):
+        return repr(value)  # a NumPy scalar's repr is short
+    return None
 
 
 @dataclass(frozen=True, slots=True)

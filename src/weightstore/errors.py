@@ -23,6 +23,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
+    ├── SaveFailedError (OSError)           a save could not write its file (disk full, ...)
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
     └── SliceError (IndexError)             a slice index out of range or of a kind not supported
@@ -34,6 +35,10 @@ attributes (`path`, `tensor`) so tests and callers never parse text.
 from __future__ import annotations
 
 import errno
+import os
+from typing import ClassVar, Final
+
+from weightstore._render import bounded_repr
 
 __all__ = [
     "ArchiveError",
@@ -52,6 +57,7 @@ __all__ = [
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
+    "SaveFailedError",
     "SliceError",
     "TensorNotFoundError",
     "TruncatedError",
@@ -62,10 +68,13 @@ __all__ = [
 ]
 
 
+MAX_NAME_IN_MESSAGE: Final = 300  # characters of a tensor name shown in a message
+
+
 def _where(path: str | None, tensor: str | None) -> str:
     parts = [path or "<memory>"]
-    if tensor is not None:
-        parts.append(f"tensor {tensor!r}")
+    if tensor is not None:  # a file chooses its names: a 1 MiB name must not make a 1 MiB message
+        parts.append(f"tensor {bounded_repr(tensor, limit=MAX_NAME_IN_MESSAGE)}")
     return ", ".join(parts)
 
 
@@ -229,6 +238,45 @@ class DestinationExistsError(WeightstoreError, FileExistsError):
 
     def __str__(self) -> str:
         return WeightstoreError.__str__(self)
+
+
+class SaveFailedError(WeightstoreError, OSError):
+    """A save could not write its file: the disk or a quota is full, the file is over a size
+    limit, the filesystem is read-only, the directory is missing. Raised in place of the bare
+    `OSError`, which named the scratch file or nothing; this one names the destination.
+
+    Whatever the cause, an existing file at the destination keeps its old bytes and no scratch
+    file is left. `errno`, `strerror` and `filename` are set as the builtin's are (``ENOSPC``,
+    ``"No space left on device"``, the destination), so `OSError` handlers keep working.
+
+    Attributes:
+        path: the destination the save was writing.
+        errno: the system error number (`errno.ENOSPC`, `errno.EFBIG`, ...), ``None`` when the
+            underlying error carried none.
+    """
+
+    # What to do, by errno; an errno not listed gets no advice.
+    _ADVICE: ClassVar[dict[int, str]] = {
+        errno.ENOSPC: "free some space and save again",
+        errno.EDQUOT: "the disk quota is used up; free some space and save again",
+        errno.EFBIG: (
+            "the file is larger than one file may be here (ulimit -f, or the filesystem's "
+            "maximum); raise the limit or save elsewhere"
+        ),
+        errno.EROFS: "the filesystem is read-only; save elsewhere",
+        errno.EACCES: "the directory is not writable; check its permissions",
+        errno.ENOENT: "the directory does not exist; create it first",
+    }
+
+    def __init__(self, path: str, code: int | None, reason: str | None = None) -> None:
+        reason = reason or (os.strerror(code) if code is not None else "unknown error")
+        name = errno.errorcode.get(code, str(code)) if code is not None else None
+        detail = f"could not save, {reason[:1].lower()}{reason[1:]}"
+        detail += f" ({name})" if name else ""
+        detail += "; an existing file keeps its old bytes and no partial copy is left"
+        advice = self._ADVICE.get(code) if code is not None else None
+        super().__init__(f"{detail}; {advice}" if advice else detail, path=path)
+        self.errno, self.strerror, self.filename = code, reason, path
 
 
 class FileMissingError(WeightstoreError, FileNotFoundError):

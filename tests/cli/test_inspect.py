@@ -121,3 +121,12 @@ def test_bad_files_are_one_line(tmp_path: Path) -> None:
     assert_error(run_cli("inspect", tmp_path), 2, str(tmp_path))
     assert_error(run_cli("inspect", tmp_path / "nope.bpk", "--filter", "("), 2, "--filter")
     assert_error(run_cli("inspect"), 2, "the following arguments are required: PATH")
+
+
+def test_a_tensor_numpy_cannot_hold_is_listed_not_fatal(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "wide.pt"
+    torch.save({"ok": torch.ones(2), "wide": torch.ones([1] * 65)}, path)
+    done = run_cli("inspect", path)
+    assert done.returncode == 0, done.stderr
+    assert "wide" in done.stdout and "unreadable tensor" in done.stdout

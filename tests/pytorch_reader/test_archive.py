@@ -112,14 +112,6 @@ def test_an_unknown_byteorder_is_refused(tmp_path: Path) -> None:
     assert caught.value.entry == "archive/byteorder"
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit is deprecated
-def test_torchscript_archives_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "scripted.pt"
-    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(path))
-    with pytest.raises(UnsupportedFormatError, match="TorchScript archive"):
-        PytorchReader(path)
-
-
 def test_torch_package_archives_are_refused(tmp_path: Path) -> None:
     path = write_zip(
         tmp_path / "p.pt", pickle_of(b"N"), {}, extra={".data/extern_modules": b"os\n"}

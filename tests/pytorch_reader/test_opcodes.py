@@ -9,6 +9,7 @@ import pytest
 
 from weightstore.errors import LimitExceeded, PickleError, TruncatedError
 from weightstore.pytorch_reader import OPCODES, iter_ops
+from weightstore.pytorch_reader._layout import MAX_LONG_SIZE
 from weightstore.pytorch_reader._opcodes import OPCODES_BY_CODE, Stream
 
 
@@ -62,7 +63,7 @@ def test_an_unknown_byte_is_named() -> None:
     [
         bytes.fromhex("58 ff ff ff ff 61 62"),  # BINUNICODE claims 4 GiB, 2 bytes follow
         bytes.fromhex("8e ff ff ff ff ff ff ff 7f"),  # BINBYTES8 claims 2**63 - 1 bytes
-        bytes.fromhex("8b 00 00 00 40"),  # LONG4 claims 1 GiB of digits
+        bytes.fromhex("8b a0 06 00 00"),  # LONG4 claims 1,696 bytes (longer: LimitExceeded)
         bytes.fromhex("4a 01 02"),  # BININT cut short
     ],
 )
@@ -70,6 +71,12 @@ def test_claimed_lengths_are_checked_before_allocating(data: bytes) -> None:
     with pytest.raises(TruncatedError) as caught:
         list(iter_ops(data))
     assert caught.value.found < 8
+
+
+def test_a_long4_past_max_long_size_is_refused_before_reading() -> None:
+    with pytest.raises(LimitExceeded) as caught:
+        list(iter_ops(bytes.fromhex("8b 00 00 00 40")))  # LONG4 claims 1 GiB of digits
+    assert (caught.value.found, caught.value.limit) == (2**30, MAX_LONG_SIZE)
 
 
 def test_a_negative_length_is_refused() -> None:

@@ -12,11 +12,17 @@ A descriptor is ``{"dtype", "shape", "data_offsets": [start, end], "param_id"?}`
 order, offsets relative to data_start. Maps keyed by name are sorted by name; the tensor bytes are
 in write order. Burn's encoder (ciborium) writes the shortest integer heads, definite lengths,
 and floats in the shortest of half/single/double that holds the value exactly; `encode_metadata`
-reproduces it byte for byte.
+reproduces it byte for byte. It writes no CBOR tags, and `decode_metadata` refuses every tag
+(see `CBOR_TAGS_CBOR2_DECODES`).
+
+Limits, checked before anything is allocated: MAX_METADATA_SIZE, MAX_TENSOR_COUNT,
+MAX_TENSOR_SIZE, MAX_CBOR_DEPTH and MAX_FILE_SIZE below; every shape must also fit NumPy
+(`_reader_base.MAX_DIMS` and `MAX_ARRAY_SIZE`, shared with SafeTensors).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -27,6 +33,7 @@ from typing import Any, Final
 
 import cbor2
 
+from weightstore._render import bounded_repr
 from weightstore.dtypes import DType
 
 HEADER: Final = struct.Struct("<IHI")  # magic, version, metadata_size
@@ -47,6 +54,18 @@ MAX_U32: Final = 2**32 - 1  # metadata_size is a u32
 MAX_U64: Final = 2**64 - 1  # shapes, offsets and param ids are u64
 
 SCALAR_KINDS: Final = ("Int", "UInt", "Float", "Bool")
+
+# CBOR tags. Burn's encoder (ciborium over plain serde structs) writes none, and ciborium's
+# reader skips a tag and keeps what it wraps, so a tagged item means one thing to Burn and
+# another to cbor2. Some of cbor2's meanings are hostile in a file: 28/29 share one value many
+# times (a 512-byte file whose shape renders as 4**28 items, or contains itself), 25/256 share
+# strings, 2/3 build integers of any length, 5 computes 2 ** exponent, 35 compiles a regex.
+# Every tag is refused: these, which cbor2 6.2-6.3 decode themselves, through its
+# `semantic_decoders`; any other through its `tag_hook`.
+CBOR_TAGS_CBOR2_DECODES: Final = (
+    0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 43000,
+    55799,
+)  # fmt: skip
 
 
 def data_start(metadata_size: int) -> int:
@@ -79,7 +98,10 @@ class Scalar:
         }
         check = valid.get(self.kind)
         if check is None or not check(self.value):
-            raise ValueError(f"not a valid burnpack scalar: {self.kind}({self.value!r})")
+            raise ValueError(
+                f"not a valid burnpack scalar: {bounded_repr(self.kind)}"
+                f"({bounded_repr(self.value)})"
+            )
 
     @classmethod
     def of(cls, value: int | float | bool | Scalar) -> Scalar:
@@ -172,21 +194,53 @@ def encode_metadata(
 _DUPLICATE_KEY = re.compile(r"[Dd]uplicate map key: '(.*)'")
 
 
+class CBORTagError(ValueError):
+    """The metadata holds a CBOR tag; burnpack metadata holds none (`CBOR_TAGS_CBOR2_DECODES`).
+
+    Attributes:
+        tag: the first tag met; for nested tags, the innermost (cbor2 decodes inside out).
+    """
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+        super().__init__(f"CBOR tag {tag} is not allowed in burnpack metadata")
+
+
+def _refuse_tag(tag: int, value: object, immutable: bool) -> None:
+    raise CBORTagError(tag)  # before anything looks at `value`
+
+
+def _refuse_unknown_tag(tag: cbor2.CBORTag, immutable: bool) -> None:
+    raise CBORTagError(tag.tag)
+
+
+_REFUSE_TAGS: Final = {tag: functools.partial(_refuse_tag, tag) for tag in CBOR_TAGS_CBOR2_DECODES}
+
+
 def decode_metadata(data: bytes | memoryview) -> Any:
-    """Decode the CBOR block with Burn's depth limit, refusing duplicate keys and trailing bytes.
+    """Decode the CBOR block with Burn's depth limit, refusing duplicate keys, tags and trailing
+    bytes.
 
     Raises:
+        CBORTagError: the block holds a CBOR tag; its meaning is never applied.
         cbor2.CBORDecodeError: the bytes are not one well-formed CBOR item (the reader wraps it).
         ValueError: bytes remain after the item.
     """
     stream = io.BytesIO(data)
     decoder = cbor2.CBORDecoder(
         stream,
+        tag_hook=_refuse_unknown_tag,
+        semantic_decoders=_REFUSE_TAGS,
         max_depth=MAX_CBOR_DEPTH,
         allow_duplicate_keys=False,
         strict_hashable_types=True,
     )
-    value = decoder.decode()
+    try:
+        value = decoder.decode()
+    except cbor2.CBORDecodeError as err:
+        if isinstance(err.__cause__, CBORTagError):  # cbor2 wraps what a hook raises
+            raise err.__cause__ from None
+        raise
     if stream.tell() != len(stream.getbuffer()):
         raise ValueError(f"{len(stream.getbuffer()) - stream.tell():,} bytes follow the CBOR map")
     return value

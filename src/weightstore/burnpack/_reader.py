@@ -18,6 +18,7 @@ import numpy as np
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._format import path_for_read
 from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets
+from weightstore._render import MAX_REPR_SIZE, bounded_repr
 from weightstore._slice import TensorSlice
 from weightstore.burnpack._layout import (
     EXTENSION,
@@ -30,13 +31,14 @@ from weightstore.burnpack._layout import (
     MAX_TENSOR_COUNT,
     MAX_TENSOR_SIZE,
     SCALAR_KINDS,
+    CBORTagError,
     Scalar,
     TensorDescriptor,
     data_start,
     decode_metadata,
     duplicate_key_in,
 )
-from weightstore.dtypes import from_burnpack
+from weightstore.dtypes import DType, from_burnpack
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
@@ -130,13 +132,21 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         block = self._source.read(HEADER_SIZE, metadata_size, "the CBOR metadata")
         try:
             top = decode_metadata(block)
+        except CBORTagError as err:
+            raise MetadataError(
+                f"metadata holds CBOR tag {err.tag}; burnpack metadata has no tags (Burn writes "
+                "none, and cbor2 would give this one a meaning Burn does not)",
+                path=self.path,
+            ) from err
         except (cbor2.CBORDecodeError, ValueError, RecursionError) as err:
             duplicate = duplicate_key_in(err)
             if duplicate is not None:
                 raise DescriptorError(
                     "name appears twice", path=self.path, tensor=duplicate
                 ) from err
-            raise MetadataError(f"metadata is not valid CBOR: {err}", path=self.path) from err
+            raise MetadataError(
+                f"metadata is not valid CBOR: {_clip(err)}", path=self.path
+            ) from err
         if not isinstance(top, dict) or not isinstance(top.get("tensors"), dict):
             raise MetadataError("metadata is not a map with a 'tensors' map", path=self.path)
         return top
@@ -222,7 +232,9 @@ def _parse_scalars(value: object, path: str | None) -> dict[str, Scalar]:
                 raise ValueError(kind)
             scalars[key] = Scalar(kind, inner)
         except (AttributeError, ValueError) as err:
-            raise MetadataError(f"scalar {key!r} is malformed: {entry!r}", path=path) from err
+            raise MetadataError(
+                f"scalar {bounded_repr(key)} is malformed: {bounded_repr(entry)}", path=path
+            ) from err
     return scalars
 
 
@@ -242,23 +254,22 @@ def _parse_descriptor(
     name: object, fields: object, path: str | None, max_tensor_size: int
 ) -> TensorDescriptor:
     if not isinstance(name, str):
-        raise DescriptorError(f"tensor name {name!r} is not a text string", path=path)
+        raise DescriptorError(f"tensor name {bounded_repr(name)} is not a text string", path=path)
 
     def fail(what: str) -> DescriptorError:
         return DescriptorError(what, path=path, tensor=name)
 
     if not isinstance(fields, dict):
         raise fail(f"descriptor is {type(fields).__name__}, not a map")
-    try:
-        dtype = from_burnpack(fields.get("dtype"))
-    except DTypeError:
-        raise fail(f"dtype {fields.get('dtype')!r} is not a burnpack dtype") from None
-    shape, (start, end) = parse_shape_and_offsets(fields, path, name)
+    dtype = _parse_dtype(fields.get("dtype"))
+    if dtype is None:
+        raise fail(f"dtype {bounded_repr(fields.get('dtype'))} is not a burnpack dtype")
+    shape, (start, end) = parse_shape_and_offsets(fields, path, name, dtype)
     if end - start > max_tensor_size:
         raise LimitExceeded("tensor size", end - start, max_tensor_size, path=path, tensor=name)
     param_id = fields.get("param_id")
     if param_id is not None and not is_u64(param_id):
-        raise fail(f"param_id {param_id!r} is not a u64")
+        raise fail(f"param_id {bounded_repr(param_id)} is not a u64")
     scheme = fields["dtype"]["QFloat"] if dtype.kind == "q" else None
     # QFloat lengths follow the quantization scheme's packing, which Burn's writer does not
     # check either; they are bounded by the layout checks only.
@@ -268,3 +279,25 @@ def _parse_descriptor(
             f"needs {dtype.nbytes(shape):,}"
         )
     return TensorDescriptor(name, dtype, shape, (start, end), param_id, scheme)
+
+
+def _clip(err: BaseException) -> str:
+    """A decoder's message, cut to MAX_REPR_SIZE: cbor2 may quote what it refused."""
+    text = str(err)
+    return text if len(text) <= MAX_REPR_SIZE else text[: MAX_REPR_SIZE - 3] + "..."
+
+
+def _parse_dtype(value: object) -> DType | None:
+    """The dtype a descriptor names, or ``None``. Only the forms a burnpack dtype takes (a text
+    string, or a one-entry map to a string or map: ``"F32"``, ``{"Bool": "U8"}``,
+    ``{"QFloat": {...}}``) reach `from_burnpack`, whose own message renders what it refuses in
+    full."""
+    shaped = isinstance(value, str) or (
+        isinstance(value, dict)
+        and len(value) == 1
+        and all(isinstance(inner, (str, dict)) for inner in value.values())
+    )
+    try:
+        return from_burnpack(value) if shaped else None
+    except DTypeError:
+        return None

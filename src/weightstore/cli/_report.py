@@ -23,6 +23,7 @@ from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
+    LimitExceeded,
     UnsupportedObjectError,
 )
 from weightstore.formats import FORMATS, detect_format
@@ -143,7 +144,7 @@ def _pytorch_rows(reader: PytorchReader) -> tuple[list[TensorRow], dict[str, str
             tensor = reader.tensor(name)
             storage, offset = _storage_place(tensor)
             rows.append(TensorRow(name, tensor.dtype, tensor.shape, tensor.nbytes, offset, storage))
-        except (DTypeError, UnsupportedObjectError, DescriptorError) as err:
+        except (DTypeError, UnsupportedObjectError, DescriptorError, LimitExceeded) as err:
             broken[name] = f"unreadable tensor: {err.detail}"  # listed, not fatal
     return rows, broken
 

@@ -16,8 +16,9 @@ try to exhaust memory or time.
     ...     ckpt.tensor("fc1.weight").shape     # dtype, shape and size; nothing read
     ...     ckpt.load_object("config")          # plain Python values
 
-The reader and its parts import nothing from weightstore but `dtypes`, `errors` and
-`_bytesource` (the mapped file), and never torch.
+The reader and its parts import nothing from weightstore but `dtypes`, `errors`, `_bytesource`
+(the mapped file), `_format` (the registry's record type) and `_render` (bounded rendering of
+file content for messages), and never torch.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from weightstore.pytorch_reader._layout import (
     DEFAULT_LIMITS,
     MAX_CONTAINER_SIZE,
     MAX_DEPTH,
+    MAX_EXPANDED_SIZE,
     MAX_INFLATED_SIZE,
     MAX_MEMO_SIZE,
+    MAX_NAMES_SIZE,
     MAX_NODES,
     MAX_PICKLE_SIZE,
     MAX_STACK_SIZE,
@@ -79,8 +82,10 @@ __all__ = [
     "FORMAT",
     "MAX_CONTAINER_SIZE",
     "MAX_DEPTH",
+    "MAX_EXPANDED_SIZE",
     "MAX_INFLATED_SIZE",
     "MAX_MEMO_SIZE",
+    "MAX_NAMES_SIZE",
     "MAX_NODES",
     "MAX_PICKLE_SIZE",
     "MAX_STACK_SIZE",

@@ -2,7 +2,7 @@
 
 `open_archive` is the one entry point. It maps the file (a `weightstore._bytesource.MmapSource`),
 detects the layout (zip, tar, legacy, or a plain pickle), refuses anything else
-(TorchScript and torch.package in `_zip`; here, by name, the foreign formats people mistake for
+(torch.package in `_zip`; here, by name, the foreign formats people mistake for
 checkpoints, and by its first bytes everything else), and hands over to the layout's loader
 (`_zip`, `_legacy`), which runs the pickle through the symbolic machine. No tensor bytes are read.
 

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from weightstore._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader import _rebuild
 from weightstore.pytorch_reader._objects import (
@@ -35,6 +36,7 @@ from weightstore.pytorch_reader._objects import (
     TorchDType,
     expect_int,
     expect_ints,
+    shown_int,
     take,
 )
 
@@ -116,6 +118,8 @@ def build_state(context: Context, target: object, state: object) -> object:
     """BUILD: `target` given `state`; returns the finished value (a new one for `Pending`)."""
     if isinstance(target, Pending):
         return target.build(context, state)
+    if isinstance(state, dict):  # one shared state may be built into many objects
+        context.spend(len(state))
     if isinstance(target, InertObject):
         if isinstance(target.state, dict) and isinstance(state, dict):
             target.state.update(state)
@@ -139,6 +143,7 @@ _ATTRIBUTE_HOLDERS: Final = (collections.OrderedDict, collections.Counter, argpa
 def _items(context: Context, value: object, what: str) -> list[object]:
     if not isinstance(value, list | tuple | set | frozenset):
         raise Malformed(f"{what} expects a list of items, not {type(value).__name__}")
+    context.spend(len(value))  # one list may be passed again and again
     items = list(value)
     for item in items:
         context.check_key(item)
@@ -160,6 +165,7 @@ def _pairs(context: Context, value: object, what: str) -> list[tuple[object, obj
         value = list(value.items())
     if not isinstance(value, list | tuple):
         raise Malformed(f"{what} expects (key, value) pairs, not {type(value).__name__}")
+    context.spend(len(value))
     pairs = []
     for pair in value:
         key, item = take(tuple(pair) if isinstance(pair, list) else pair, f"{what} item", 2)
@@ -190,6 +196,7 @@ def _namespace(context: Context, args: tuple[object, ...]) -> object:
 
 
 def _namespace_new(context: Context, args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
+    context.spend(len(kwargs))
     namespace = argparse.Namespace()
     vars(namespace).update((k, v) for k, v in kwargs.items() if isinstance(k, str))
     return namespace
@@ -213,24 +220,29 @@ def _complex(context: Context, args: tuple[object, ...]) -> object:
     return complex(*parts)
 
 
-def _encode(text: object, encoding: object) -> bytes:
+def _encode(context: Context, text: object, encoding: object) -> bytes:
     if not isinstance(text, str) or encoding not in _ENCODINGS:
         raise Malformed(f"encode expects a str and one of {sorted(_ENCODINGS)}")
+    context.allocate(len(text))  # UTF-8 may take up to 4 bytes a character; a bound either way
     return text.encode(str(encoding))
 
 
 def _codecs_encode(context: Context, args: tuple[object, ...]) -> object:
     """Protocol 2 writes ``bytes`` as ``_codecs.encode(latin1_text, "latin1")``."""
-    return _encode(*take(args, "_codecs.encode", 2))
+    return _encode(context, *take(args, "_codecs.encode", 2))
 
 
-def _bytes_from(args: tuple[object, ...], name: str) -> bytes:
+def _bytes_from(context: Context, args: tuple[object, ...], name: str) -> bytes:
     args = take(args, name, 0, 2)
     if not args:
         return b""
     if len(args) == 2:
-        return _encode(args[0], args[1])
+        return _encode(context, args[0], args[1])
     value = args[0]
+    if type(value) is bytes:
+        return value  # immutable: shared, not copied
+    if isinstance(value, bytes | bytearray | list):
+        context.allocate(len(value))
     if isinstance(value, bytes | bytearray):
         return bytes(value)
     if isinstance(value, list) and all(type(v) is int and 0 <= v < 256 for v in value):
@@ -239,11 +251,13 @@ def _bytes_from(args: tuple[object, ...], name: str) -> bytes:
 
 
 def _bytes(context: Context, args: tuple[object, ...]) -> object:
-    return _bytes_from(args, "bytes")
+    return _bytes_from(context, args, "bytes")
 
 
 def _bytearray(context: Context, args: tuple[object, ...]) -> object:
-    return bytearray(_bytes_from(args, "bytearray"))
+    data = _bytes_from(context, args, "bytearray")
+    context.allocate(len(data))
+    return bytearray(data)
 
 
 def _reconstructor(context: Context, args: tuple[object, ...]) -> object:
@@ -273,25 +287,34 @@ def _numpy_dtype_of(value: object) -> np.dtype[Any] | None:
     return None
 
 
-def _raw_bytes(value: object) -> bytes | None:
+def _raw_bytes(context: Context, value: object) -> bytes | None:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, str | bytes | bytearray):
+        context.allocate(len(value))
     if isinstance(value, str):  # Python 2 raw data, decoded by pickle as text
         return value.encode("latin-1") if max(value, default="\0") <= "\xff" else None
     return bytes(value) if isinstance(value, bytes | bytearray) else None
 
 
 def _array_from(
-    raw: bytes, dtype: np.dtype[Any], shape: tuple[int, ...], fortran: bool = False
+    context: Context,
+    raw: bytes,
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    fortran: bool = False,
 ) -> np.ndarray[Any, Any]:
     count = 1
     for size in shape:
         if size < 0:
-            raise Malformed(f"array shape {list(shape)} has a negative size")
+            raise Malformed(f"array shape {bounded_repr(list(shape))} has a negative size")
         count *= size
     if count * dtype.itemsize != len(raw):
         raise Malformed(
-            f"array of shape {list(shape)} and dtype {dtype} needs "
-            f"{count * dtype.itemsize:,} bytes, the pickle holds {len(raw):,}"
+            f"array of shape {bounded_repr(list(shape))} and dtype {dtype} needs "
+            f"{shown_int(count * dtype.itemsize)} bytes, the pickle holds {len(raw):,}"
         )
+    context.allocate(len(raw))
     flat: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype)
     shaped: np.ndarray[Any, Any] = flat.reshape(shape, order="F" if fortran else "C").copy()
     return shaped
@@ -313,10 +336,10 @@ class PendingArray(Pending):
             fields = fields[1:]
         if len(fields) == 4:
             shape, dtype, fortran, raw = fields
-            np_dtype, data = _numpy_dtype_of(dtype), _raw_bytes(raw)
+            np_dtype, data = _numpy_dtype_of(dtype), _raw_bytes(context, raw)
             if np_dtype is not None and data is not None:
                 sizes = expect_ints(shape, "array shape", 64)
-                return _array_from(data, np_dtype, sizes, fortran is True)
+                return _array_from(context, data, np_dtype, sizes, fortran is True)
         return InertObject(GlobalRef(_MULTIARRAY, "_reconstruct"), self.args, state=state)
 
 
@@ -352,20 +375,22 @@ def _dtype(context: Context, args: tuple[object, ...]) -> object:
 def _scalar(context: Context, args: tuple[object, ...]) -> object:
     """``numpy.core.multiarray.scalar(dtype, raw)``: one NumPy number."""
     args = take(args, "numpy scalar", 1, 2)
-    dtype, raw = _numpy_dtype_of(args[0]), _raw_bytes(args[1]) if len(args) == 2 else None
+    dtype = _numpy_dtype_of(args[0])
+    raw = _raw_bytes(context, args[1]) if len(args) == 2 else None
     if dtype is None or raw is None:
         return InertObject(GlobalRef(_MULTIARRAY, "scalar"), args)
-    return _array_from(raw, dtype, ())[()]
+    return _array_from(context, raw, dtype, ())[()]
 
 
 def _frombuffer(context: Context, args: tuple[object, ...]) -> object:
     """``numpy.core.numeric._frombuffer(buffer, dtype, shape, order)``, NumPy's protocol 5
     form; the buffer arrives in band, as a bytearray."""
     buffer, dtype, shape, order = take(args, "numpy _frombuffer", 4)
-    np_dtype, raw = _numpy_dtype_of(dtype), _raw_bytes(buffer)
+    np_dtype, raw = _numpy_dtype_of(dtype), _raw_bytes(context, buffer)
     if np_dtype is None or raw is None or order not in ("C", "F"):
         return InertObject(GlobalRef("numpy.core.numeric", "_frombuffer"), args)
-    return _array_from(raw, np_dtype, expect_ints(shape, "array shape", 64), order == "F")
+    sizes = expect_ints(shape, "array shape", 64)
+    return _array_from(context, raw, np_dtype, sizes, order == "F")
 
 
 # -- the table ----------------------------------------------------------------------------------

@@ -14,8 +14,9 @@
     <archive>/.data/serialization_id a random id; recorded, not used
 
   A TorchScript archive (`torch.jit.save`) is also such a zip, with ``constants.pkl`` and
-  ``code/``; a `torch.package` archive has ``.data/extern_modules``. Both are refused: loading
-  them means running their code (CVE-2025-32434 came from `torch.load` routing into one).
+  ``code/``; its module's tensors are read without running that code (`_torchscript`). A
+  `torch.package` archive has ``.data/extern_modules`` and is refused: loading it means running
+  its code.
 
 **Legacy** (``_use_new_zipfile_serialization=False``, torch 0.1.10 to 1.5). Pickles back to
 back, then the raw storages::
@@ -52,6 +53,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, fields
 from typing import Final
+
+import numpy as np
 
 from weightstore.errors import InvalidOptionError
 
@@ -98,23 +101,50 @@ MAX_DEPTH: Final = 256
 """Open marks; nesting of tuple keys (CPython hashes them recursively in C and crashes past
 about 100k levels); nesting walked when naming tensors."""
 MAX_NODES: Final = 2**24
-"""Opcodes run plus key elements hashed, per pickle (about a million a second, so some 15 s at
-worst: a 40 MB pickle); and values visited while naming tensors, where shared references can
-multiply paths exponentially."""
+"""Opcodes run plus key elements hashed plus items constructors walk (``set(x)`` called a
+hundred times on one shared list), per pickle (about a million a second, so some 15 s at worst:
+a 40 MB pickle); and, separately, values visited and module entries scanned while naming
+tensors, where shared references can multiply paths exponentially."""
 MAX_STORAGE_COUNT: Final = 2**20
 """Storages or tensors listed by a legacy or tar file."""
 MAX_INFLATED_SIZE: Final = 2**32
 """Bytes one compressed zip entry may inflate to; torch never compresses, so only hand-made
 archives reach this."""
-MAX_NDIM: Final = 64
-"""Dimensions of one tensor; torch itself stops at 64."""
+MAX_NAMES_SIZE: Final = 2**26
+"""Bytes (UTF-8) of all tensor names together; a 100k-tensor model uses about 10 MB. Shared
+references let a file name one tensor many times: 20,000 copies under one 1 MiB key are 20 GB of
+names from a 1 MiB pickle, and a 477-byte list of lists with 2**40 paths to one tensor names it
+at every path (this limit stops that one after some 800,000 names, in seconds)."""
+MAX_EXPANDED_SIZE: Final = 2**32
+"""Bytes of one tensor whose view repeats its storage's elements (stride 0, overlapping
+strides), so that reading it copies more bytes than the file holds: ``x.expand(2**20, 2**20)``
+of one float is 4 TiB from 4 bytes. Views no bigger than their storage are not limited."""
+
+# Not options: what NumPy and CPython can hold, whatever the caller trusts.
+MAX_NDIM: Final = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+"""Dimensions of a tensor NumPy can hold (NPY_MAXDIMS). torch allows more; such a tensor is
+listed and refused when touched."""
+MAX_ARRAY_SIZE: Final = int(np.iinfo(np.intp).max)
+"""Bytes a NumPy array may span (ssize_t): itemsize times every non-zero dimension, so even a
+zero-element (0, 2**62) float32 tensor is too big for NumPy."""
 MAX_HASH_SHARERS: Final = 64
 """Distinct non-string keys with one hash value (ints ``k * (2**61 - 1)`` all hash alike and
 would make dict inserts quadratic)."""
 MAX_DIGITS: Final = 4300
 """Decimal digits in a text-form integer; CPython's own default cap."""
+MAX_LONG_SIZE: Final = MAX_DIGITS * 2 // 5
+"""Bytes of a binary LONG4 integer: 1,720 bytes are at most 4,143 digits (2.41 a byte), so
+every int a pickle holds prints within CPython's 4,300-digit cap. LONG1 stops at 255 bytes."""
 MAX_LINE_SIZE: Final = 2**16
 """Bytes in one text-form argument line of a number or name."""
+MAX_BUILT_RATIO: Final = 4
+"""Bytes the constructors of one pickle may build (NumPy arrays, ``bytes``, encoded strings),
+as a multiple of the pickle's own size, plus BUILT_SIZE_SLACK. A pickle builds each blob it holds
+once or twice (protocol 2 ``bytes`` are text encoded back, then copied into an array); only
+calls repeated on one shared blob build more: 3,000 ``bytearray`` copies of one 1 MiB string
+are 3 GB from a 1 MiB pickle."""
+BUILT_SIZE_SLACK: Final = 2**20
+"""Bytes any pickle may build besides MAX_BUILT_RATIO times its size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +163,8 @@ class Limits:
     max_nodes: int = MAX_NODES
     max_storage_count: int = MAX_STORAGE_COUNT
     max_inflated_size: int = MAX_INFLATED_SIZE
+    max_names_size: int = MAX_NAMES_SIZE
+    max_expanded_size: int = MAX_EXPANDED_SIZE
 
     def __post_init__(self) -> None:
         for item in fields(self):

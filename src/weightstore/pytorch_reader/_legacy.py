@@ -18,6 +18,7 @@ import struct
 import tarfile
 
 from weightstore._bytesource import MmapSource
+from weightstore._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.errors import (
     ArchiveError,
@@ -40,7 +41,7 @@ from weightstore.pytorch_reader._layout import (
 )
 from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
-from weightstore.pytorch_reader._objects import Malformed, StorageClass, take
+from weightstore.pytorch_reader._objects import Malformed, StorageClass, shown_int, take
 from weightstore.pytorch_reader._rebuild import storage_class_of, storage_from_pid
 from weightstore.pytorch_reader._tensors import (
     LazyTensor,
@@ -52,6 +53,7 @@ from weightstore.pytorch_reader._tensors import (
 __all__ = ["CountedStorages", "load_legacy", "load_tar"]
 
 _TAR_ERRORS = (tarfile.TarError, OSError, EOFError, ValueError, UnicodeError, struct.error)
+_MAX_COUNT = 2**63 - 1  # torch's counts and keys are int64
 
 
 class CountedStorages(StorageSource):
@@ -85,19 +87,21 @@ class CountedStorages(StorageSource):
         offset, numel, itemsize = place
         if numel * itemsize != nbytes:
             raise DescriptorError(
-                f"storage {key!r} holds {numel * itemsize:,} bytes, the pickle claims {nbytes:,}",
+                f"storage {bounded_repr(key)} holds {shown_int(numel * itemsize)} bytes, "
+                f"the pickle claims {shown_int(nbytes)}",
                 path=self.path,
                 tensor=tensor,
             )
         counts = self.counts_at(offset, tensor)
         if numel not in counts[: 1 + self._big_endian_counts]:
             raise DescriptorError(
-                f"storage {key!r} starts with an element count of {counts[0]:,}"
-                f", the pickle claims {numel:,}",
+                f"storage {bounded_repr(key)} starts with an element count of {counts[0]:,}"
+                f", the pickle claims {shown_int(numel)}",
                 path=self.path,
                 tensor=tensor,
             )
-        return self._source.read(offset + COUNT.size, nbytes, f"storage {key!r}", tensor)
+        what = f"storage {bounded_repr(key)}"
+        return self._source.read(offset + COUNT.size, nbytes, what, tensor)
 
     def counts_at(self, offset: int, tensor: str | None = None) -> tuple[int, int]:
         """The u64 count at `offset`, read little-endian and big-endian."""
@@ -123,6 +127,22 @@ def _is_big_endian(sys_info: object) -> bool:
     return isinstance(sys_info, dict) and sys_info.get("little_endian") is False
 
 
+def _record_key(value: object, what: str, path: str) -> str:
+    """A storage or tensor key of a legacy or tar record: a string, or an int printed (torch
+    wrote ints); anything else is refused by its type, never printed."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("ascii", "replace")
+    if type(value) is int and -_MAX_COUNT <= value <= _MAX_COUNT:
+        return str(value)
+    raise MetadataError(f"a {what} is a {_type_of(value)}, not a string or an int64", path=path)
+
+
+def _type_of(value: object) -> str:
+    return f"int of {value.bit_length():,} bits" if type(value) is int else type(value).__name__
+
+
 def _kind(pid: object) -> str | None:
     head = pid[0] if isinstance(pid, tuple) and pid else None
     if isinstance(head, bytes):
@@ -137,8 +157,8 @@ def load_legacy(source: MmapSource, pos: int, limits: Limits) -> Loaded:
     """Everything after the magic-number pickle that ends at `pos`."""
     data, path = source.mapping, source.name
     version, pos, _ = run_pickle(data, pos, path=path, limits=limits)
-    if type(version) is not int:
-        raise MetadataError(f"legacy protocol version is a {type(version).__name__}", path=path)
+    if type(version) is not int or not 0 <= version <= _MAX_COUNT:
+        raise MetadataError(f"legacy protocol version is a {_type_of(version)}", path=path)
     if version != PROTOCOL_VERSION:
         raise UnsupportedVersionError(version, PROTOCOL_VERSION, path=path)
     sys_info, pos, _ = run_pickle(data, pos, path=path, limits=limits)
@@ -170,7 +190,9 @@ class _LegacyRegistry:
             ref = storage_from_pid(pid, self._storages)
             self._roots.setdefault(ref.key, ref)  # torch keeps the first claim, as do we
             return ref
-        raise Malformed(f"a legacy persistent id must be a storage or module tuple, not {pid!r}")
+        raise Malformed(
+            f"a legacy persistent id must be a storage or module tuple, not {bounded_repr(pid)}"
+        )
 
     def locate(self, keys: object, pos: int, limits: Limits) -> None:
         path = self._storages.path
@@ -182,7 +204,8 @@ class _LegacyRegistry:
             ref = self._roots.get(key)
             if ref is None:
                 raise MetadataError(
-                    f"storage {key!r} is listed but the pickle never names it", path=path
+                    f"storage {bounded_repr(key)} is listed but the pickle never names it",
+                    path=path,
                 )
             itemsize = ref.storage_class.itemsize
             if itemsize is None:
@@ -269,8 +292,9 @@ class _TarIndex:
 
     def _count(self, pos: int, end: int, what: str) -> tuple[int, int]:
         count, pos = self._pickle(pos, end)
-        if type(count) is not int or count < 0:
-            raise MetadataError(f"the tar {what} count is {count!r}", path=self._source.name)
+        if type(count) is not int or not 0 <= count <= _MAX_COUNT:
+            shown = bounded_repr(count)
+            raise MetadataError(f"the tar {what} count is {shown}", path=self._source.name)
         if count > self._limits.max_storage_count:
             raise LimitExceeded(
                 f"{what} count", count, self._limits.max_storage_count, path=self._source.name
@@ -283,7 +307,8 @@ class _TarIndex:
         for _ in range(count):
             header, pos = self._pickle(pos, end)
             raw_key, _location, cls = _fields(header, "tar storage header", self._source.name)
-            key, storage_class = str(raw_key), _storage_class(cls, self._source.name)
+            key = _record_key(raw_key, "tar storage key", self._source.name)
+            storage_class = _storage_class(cls, self._source.name)
             itemsize = storage_class.itemsize
             if itemsize is None:
                 raise UnsupportedFormatError(
@@ -294,7 +319,7 @@ class _TarIndex:
             numel = self.storages.count_fitting(pos, end - pos - COUNT.size, itemsize)
             if numel < 0 or pos + COUNT.size + numel * itemsize > end:
                 raise TruncatedError(
-                    f"storage {key!r} of the tar 'storages' entry",
+                    f"storage {bounded_repr(key)} of the tar 'storages' entry",
                     numel * itemsize,
                     max(0, end - pos - COUNT.size),
                     path=self._source.name,
@@ -309,15 +334,17 @@ class _TarIndex:
     def _read_views(self, views: object) -> None:
         if not isinstance(views, list):
             raise MetadataError("the tar storage views are not a list", path=self._source.name)
+        path = self._source.name
         for item in views:
-            target, root, offset, numel = _fields(item, "tar storage view", self._source.name, 4)
-            known = self._classes.get(str(root))
+            target, root, offset, numel = _fields(item, "tar storage view", path, 4)
+            view_key = _record_key(target, "tar storage view key", path)
+            root_key = _record_key(root, "tar storage key", path)
+            known = self._classes.get(root_key)
             if known is None or type(offset) is not int or type(numel) is not int:
-                raise MetadataError(
-                    f"storage view {target!r} names no storage", path=self._source.name
-                )
-            self._views[str(target)] = StorageRef(
-                str(root), known[0], known[1], source=self.storages, view=(offset, numel)
+                shown = bounded_repr(view_key)
+                raise MetadataError(f"storage view {shown} names no storage", path=path)
+            self._views[view_key] = StorageRef(
+                root_key, known[0], known[1], source=self.storages, view=(offset, numel)
             )
 
     def storage_ref(self, key: str) -> StorageRef | None:
@@ -331,18 +358,20 @@ class _TarIndex:
     def read_tensors(self, start: int, size: int) -> None:
         end = start + size
         count, pos = self._count(start, end, "tensor")
+        path = self._source.name
         for _ in range(count):
             header, pos = self._pickle(pos, end)
-            key, storage_key, type_name = _fields(header, "tar tensor header", self._source.name)
-            shape, stride, offset, pos = self._read_geometry(pos, end, str(key))
-            self._tensors[str(key)] = self._tensor(
-                str(storage_key), type_name, shape, stride, offset
+            raw_key, storage_key, type_name = _fields(header, "tar tensor header", path)
+            key = _record_key(raw_key, "tar tensor key", path)
+            shape, stride, offset, pos = self._read_geometry(pos, end, key)
+            self._tensors[key] = self._tensor(
+                _record_key(storage_key, "tar storage key", path), type_name, shape, stride, offset
             )
 
     def _read_geometry(
         self, pos: int, end: int, key: str
     ) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
-        what = f"tar tensor {key!r}"
+        what = f"tar tensor {bounded_repr(key)}"
         (ndim,) = TAR_TENSOR_NDIM.unpack(self._window(pos, end, TAR_TENSOR_NDIM.size, what))
         if not 0 <= ndim <= MAX_NDIM:
             raise LimitExceeded(f"{what} dimensions", ndim, MAX_NDIM, path=self._source.name)
@@ -366,7 +395,8 @@ class _TarIndex:
     ) -> LazyTensor | UnreadableTensor:
         ref = self.storage_ref(storage_key)
         if ref is None:  # resolved at access, as a missing storage naming the tensor
-            name = str(type_name).rpartition(".")[2].replace("Tensor", "Storage")
+            type_text = type_name if isinstance(type_name, str) else ""
+            name = type_text.rpartition(".")[2].replace("Tensor", "Storage")
             ref = StorageRef(
                 storage_key,
                 StorageClass(name, TORCH_STORAGE_CLASSES.get(name)),
@@ -375,10 +405,17 @@ class _TarIndex:
             )
         dtype = ref.storage_class.torch_dtype
         if dtype is None:
-            return UnreadableTensor(
-                "tar tensors entry", f"tensor type {type_name!r} is unknown", dtype_problem=True
-            )
-        return LazyTensor(shape, stride, offset, dtype, ref, path=self._source.name)
+            reason = f"tensor type {bounded_repr(type_name)} is unknown"
+            return UnreadableTensor("tar tensors entry", reason, dtype_problem=True)
+        return LazyTensor(
+            shape,
+            stride,
+            offset,
+            dtype,
+            ref,
+            path=self._source.name,
+            max_expanded_size=self._limits.max_expanded_size,
+        )
 
     def persistent_load(self, pid: object) -> object:
         if isinstance(pid, tuple):
@@ -387,12 +424,19 @@ class _TarIndex:
                 return self.storage_ref(inline.key) or inline
             if pid:  # (module class, source_file, source): torch returns the class
                 return pid[0]
-        key = pid.decode("ascii", "replace") if isinstance(pid, bytes) else str(pid)
+        if not isinstance(pid, str | bytes | int) or isinstance(pid, bool):
+            raise Malformed(f"a persistent id is a {type(pid).__name__}, not a key")
+        try:
+            key = _record_key(pid, "persistent id", self._source.name)
+        except MetadataError as err:
+            raise Malformed(err.detail) from None
         if key in self._tensors:
             return self._tensors[key]
         ref = self.storage_ref(key)
         if ref is None:
-            raise Malformed(f"persistent id {key!r} names no tensor or storage in the file")
+            raise Malformed(
+                f"persistent id {bounded_repr(key)} names no tensor or storage in the file"
+            )
         return ref
 
 

@@ -11,8 +11,9 @@ from typing import Literal
 
 __all__ = ["ArchiveInfo", "Layout", "Loaded"]
 
-Layout = Literal["zip", "legacy", "tar", "pickle"]
-"""The layouts a checkpoint comes in (see `_layout`); ``"pickle"`` is a plain pickle file."""
+Layout = Literal["zip", "legacy", "tar", "pickle", "torchscript"]
+"""The layouts a checkpoint comes in (see `_layout`); ``"pickle"`` is a plain pickle file and
+``"torchscript"`` a `torch.jit.save` archive (the zip layout, see `_torchscript`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,22 @@ from weightstore.pytorch_reader._globals import (
     resolve_global,
 )
 from weightstore.pytorch_reader._layout import (
+    BUILT_SIZE_SLACK,
     DEFAULT_LIMITS,
     HIGHEST_PICKLE_PROTOCOL,
+    MAX_BUILT_RATIO,
     MAX_HASH_SHARERS,
     Limits,
 )
-from weightstore.pytorch_reader._objects import Context, GlobalRef, InertObject, Malformed, Pending
+from weightstore.pytorch_reader._objects import (
+    Context,
+    GlobalRef,
+    InertObject,
+    Malformed,
+    Pending,
+    clip,
+    shown_int,
+)
 from weightstore.pytorch_reader._opcodes import OPCODES, Buffer, Opcode, Stream
 
 __all__ = ["HANDLERS", "Machine", "run_pickle"]
@@ -49,6 +59,7 @@ Reader = Callable[[Stream], object]
 
 _NOTHING: Final = object()  # `result` until STOP runs
 _HASH_MODULUS: Final = 2**61 - 1  # ints below it in size hash to themselves: never collide
+_DETAIL_SIZE: Final = 500  # characters of a refusal's text; its parts are bounded already
 
 
 def _no_persistent_ids(pid: object) -> object:
@@ -82,6 +93,8 @@ class Machine(Context):
         self.nodes = 0
         self.result: object = _NOTHING
         self._hash_sharers: dict[int, list[object]] = {}
+        self.built = 0  # bytes the stand-ins built
+        self._built_limit = MAX_BUILT_RATIO * (stream.end - stream.pos) + BUILT_SIZE_SLACK
 
     # -- the Context the stand-ins see -----------------------------------------------------------
 
@@ -135,6 +148,17 @@ class Machine(Context):
             self.spend(len(value))
             todo.extend((item, depth + 1) for item in value if type(item) in (tuple, frozenset))  # type: ignore[misc]
 
+    def allocate(self, size: int) -> None:
+        """Charge `size` bytes about to be built against MAX_BUILT_RATIO times the pickle."""
+        self.built += size
+        if self.built > self._built_limit:
+            raise LimitExceeded(
+                "bytes built by constructors (arrays, bytes, strings)",
+                self.built,
+                self._built_limit,
+                path=self.path,
+            )
+
     def spend(self, nodes: int) -> None:
         """Charge `nodes` units of work against the limit."""
         self.nodes += nodes
@@ -179,9 +203,11 @@ class Machine(Context):
         except WeightstoreError:
             raise
         except Malformed as err:
-            raise PickleError(str(err), offset=offset, opcode=_name(op), path=self.path) from None
+            detail = clip(str(err), _DETAIL_SIZE)
+            raise PickleError(detail, offset=offset, opcode=_name(op), path=self.path) from None
         except (ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as err:
-            detail = f"{type(err).__name__}: {err}"
+            # Python's own text may quote the file whole: float() of a 64 KiB line does.
+            detail = clip(f"{type(err).__name__}: {err}", _DETAIL_SIZE)
             raise PickleError(detail, offset=offset, opcode=_name(op), path=self.path) from err
         return self.result
 
@@ -274,6 +300,7 @@ def _next_buffer(m: Machine, arg: object) -> None:
 def _readonly_buffer(m: Machine, arg: object) -> None:
     top = m.top()
     if isinstance(top, bytearray):
+        m.allocate(len(top))
         m.stack[-1] = bytes(top)
 
 
@@ -402,14 +429,14 @@ def _pop_mark(m: Machine, arg: object) -> None:
 def _get(m: Machine, arg: object) -> None:
     index = int(arg)  # type: ignore[call-overload]  # GET's text may read 00/01 as a bool
     if index not in m.memo:
-        raise Malformed(f"memo entry {index:,} was never stored")
+        raise Malformed(f"memo entry {shown_int(index)} was never stored")
     m.stack.append(m.memo[index])
 
 
 def _put(m: Machine, arg: object) -> None:
     index = int(arg)  # type: ignore[call-overload]
     if index < 0:
-        raise Malformed(f"memo index {index:,} is negative")
+        raise Malformed(f"memo index {shown_int(index)} is negative")
     if index not in m.memo and len(m.memo) >= m.limits.max_memo_size:
         raise LimitExceeded("memo size", len(m.memo) + 1, m.limits.max_memo_size, path=m.path)
     value = m.top()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_torch
 
 if TYPE_CHECKING:
@@ -31,8 +32,10 @@ __all__ = [
     "StorageClass",
     "TorchDType",
     "TorchDevice",
+    "clip",
     "expect_int",
     "expect_ints",
+    "shown_int",
     "take",
     "torch_itemsize",
 ]
@@ -96,6 +99,15 @@ class Context(Protocol):
         """Refuse a dict key or set item that is unhashable or too costly to hash."""
         ...
 
+    def spend(self, nodes: int) -> None:
+        """Charge `nodes` units of work (items a stand-in walks or copies) to the limit."""
+        ...
+
+    def allocate(self, size: int) -> None:
+        """Charge `size` bytes a stand-in is about to build (an array, bytes, a string) to the
+        limit, before it builds them."""
+        ...
+
     def call(self, callee: object, args: tuple[object, ...]) -> object:
         """What REDUCE would build from `callee` and `args`."""
         ...
@@ -114,7 +126,7 @@ class GlobalRef:
         return f"{self.module}.{self.name}"
 
     def __repr__(self) -> str:
-        return f"<global {self.qualname}>"
+        return f"<global {clip(self.qualname)}>"
 
 
 @dataclass(eq=False, slots=True)
@@ -160,7 +172,7 @@ class InertObject:
         return {}
 
     def __repr__(self) -> str:  # shallow on purpose: a pickle can nest these without end
-        return f"<inert {self.class_name} object>"
+        return f"<inert {clip(self.class_name)} object>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,3 +277,18 @@ def expect_ints(value: object, what: str, limit: int) -> tuple[int, ...]:
     if len(value) > limit:
         raise Malformed(f"{what} has {len(value):,} items, more than {limit:,}")
     return tuple(expect_int(item, what) for item in value)
+
+
+_CLIP_SIZE: Final = 120  # characters of a name or message part a file supplied
+
+
+def clip(text: str, size: int = _CLIP_SIZE) -> str:
+    """`text` cut to `size` characters (the cut marked ``...``): for names and error text a
+    file supplied, which may be a megabyte long."""
+    return text if len(text) <= size else text[: size - 3] + "..."
+
+
+def shown_int(value: int) -> str:
+    """An int from a file for a message: with thousands separators when it fits 64 bits, else
+    rendered bounded (``<int of 13,288 bits>``), since a file's ints reach 4,000 digits."""
+    return f"{value:,}" if value.bit_length() <= 64 else bounded_repr(value)

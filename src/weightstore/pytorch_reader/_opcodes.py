@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from weightstore.errors import LimitExceeded, PickleError, TruncatedError
-from weightstore.pytorch_reader._layout import MAX_DIGITS, MAX_LINE_SIZE
+from weightstore.pytorch_reader._layout import MAX_DIGITS, MAX_LINE_SIZE, MAX_LONG_SIZE
 
 __all__ = ["OPCODES", "OPCODES_BY_CODE", "ArgReader", "Buffer", "Opcode", "Stream", "iter_ops"]
 
@@ -145,6 +145,17 @@ def _long(raw: bytes) -> int:
     return int.from_bytes(raw, "little", signed=True)
 
 
+def _read_long4(stream: Stream) -> int:
+    """A LONG4 integer, refused past MAX_LONG_SIZE bytes: longer ints are too long for CPython
+    to print, so every message or listing that showed one would fail."""
+    size = _read_int4(stream)
+    if size > MAX_LONG_SIZE:
+        raise LimitExceeded("bytes of a LONG4 integer", size, MAX_LONG_SIZE, path=stream.path)
+    if size < 0:
+        raise stream.malformed(f"long4 has negative length {size:,}")
+    return _long(stream.read(size, "long4"))
+
+
 def _decimal(stream: Stream, what: str) -> bytes:
     line = stream.read_line(what, MAX_LINE_SIZE)
     if len(line) > MAX_DIGITS:  # int() of a long decimal string is quadratic on Python 3.10
@@ -198,7 +209,7 @@ UINT4 = _reader("uint4", 4, _read_uint4, "u32, little-endian")
 UINT8 = _reader("uint8", 8, _read_uint8, "u64, little-endian")
 FLOAT8 = _reader("float8", 8, _fixed(_F8_BE, "float8"), "f64, big-endian")
 LONG1 = _reader("long1", None, lambda s: _long(_bytes1(s)), "u8 length, two's complement LE")
-LONG4 = _reader("long4", None, lambda s: _long(_string4(s)), "i32 length, two's complement LE")
+LONG4 = _reader("long4", None, _read_long4, "i32 length (<= MAX_LONG_SIZE), two's complement")
 STRING1 = _reader("string1", None, lambda s: _py2_str(_bytes1(s)), "u8 length, py2 str")
 STRING4 = _reader("string4", None, lambda s: _py2_str(_string4(s)), "i32 length, py2 str")
 BYTES1 = _reader("bytes1", None, _bytes1, "u8 length, bytes")

@@ -21,8 +21,10 @@ from weightstore.pytorch_reader._archive import open_archive
 from weightstore.pytorch_reader._layout import (
     MAX_CONTAINER_SIZE,
     MAX_DEPTH,
+    MAX_EXPANDED_SIZE,
     MAX_INFLATED_SIZE,
     MAX_MEMO_SIZE,
+    MAX_NAMES_SIZE,
     MAX_NODES,
     MAX_PICKLE_SIZE,
     MAX_STACK_SIZE,
@@ -31,7 +33,7 @@ from weightstore.pytorch_reader._layout import (
 )
 from weightstore.pytorch_reader._loaded import Layout
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
-from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr
+from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 
 __all__ = ["PytorchMetadata", "PytorchReader"]
 
@@ -41,7 +43,8 @@ class PytorchMetadata(Mapping[str, object]):
     """What a checkpoint says about itself; also a read-only mapping of field name to value.
 
     Attributes:
-        format: ``"zip"``, ``"legacy"``, ``"tar"`` or ``"pickle"`` (a plain pickle file).
+        format: ``"zip"``, ``"legacy"``, ``"tar"``, ``"pickle"`` (a plain pickle file) or
+            ``"torchscript"`` (a `torch.jit.save` archive, listed as its ``state_dict()``).
         byte_order: order of the stored tensor bytes, ``"little"`` or ``"big"``.
         pytorch_version: ``None``: `torch.save` records no torch version in any layout. (Burn
             reports the zip ``version`` record here; that is `archive_version`.)
@@ -91,12 +94,13 @@ class PytorchReader:
         top_level_key: list only the tensors under this key of the top-level dict
             (``"model_state_dict"`` in a training checkpoint); names are then relative to it.
         max_pickle_size, max_memo_size, max_stack_size, max_container_size, max_depth,
-            max_nodes, max_storage_count, max_inflated_size: resource limits (see `Limits`);
-            raise one only for files you trust.
+            max_nodes, max_storage_count, max_inflated_size, max_names_size,
+            max_expanded_size: resource limits (see `Limits`); raise one only for files you
+            trust.
 
     Raises:
-        UnsupportedFormatError: not a PyTorch checkpoint (TorchScript, a compressed file, another
-            weight format, ...); the message says what it is or shows its first bytes.
+        UnsupportedFormatError: not a PyTorch checkpoint (torch.package, a compressed file,
+            another weight format, ...); the message says what it is or shows its first bytes.
         FormatError: the file breaks its layout; `PickleError`, `TruncatedError`,
             `LimitExceeded` and `ArchiveError` say how.
         KeyNotFoundError: `top_level_key` is not there; the error lists the keys that are.
@@ -124,6 +128,8 @@ class PytorchReader:
         max_nodes: int = MAX_NODES,
         max_storage_count: int = MAX_STORAGE_COUNT,
         max_inflated_size: int = MAX_INFLATED_SIZE,
+        max_names_size: int = MAX_NAMES_SIZE,
+        max_expanded_size: int = MAX_EXPANDED_SIZE,
     ) -> None:
         self._limits = Limits(
             max_pickle_size=max_pickle_size,
@@ -134,6 +140,8 @@ class PytorchReader:
             max_nodes=max_nodes,
             max_storage_count=max_storage_count,
             max_inflated_size=max_inflated_size,
+            max_names_size=max_names_size,
+            max_expanded_size=max_expanded_size,
         )
         self.path = os.fspath(path)
         self.top_level_key = top_level_key
@@ -211,8 +219,9 @@ class PytorchReader:
             raise TensorNotFoundError(name, path=self.path, known=len(self._names()))
         if isinstance(leaf, UnreadableTensor):
             raise leaf.error(self.path, name)
-        leaf.validate()
-        return leaf
+        tensor = leaf.with_name(name)  # so that its errors name it
+        tensor.validate()
+        return tensor
 
     def tensors(self) -> dict[str, LazyTensor]:
         """Every tensor by name, each checked as `tensor` checks it."""
@@ -269,15 +278,22 @@ class PytorchReader:
         return _entry(self._loaded.root, key, self.path, "key")
 
     def others(self, limit: int = 60) -> dict[str, str]:
-        """Top-level entries holding no tensors (epochs, configs, ...), as short descriptions."""
+        """Top-level entries holding no tensors (epochs, configs, ...), as descriptions of at
+        most `limit` characters, each built at bounded cost whatever the value.
+
+        Raises:
+            LimitExceeded: finding which entries hold tensors visits more than ``max_nodes``
+                values, all entries together, or nests deeper than ``max_depth``.
+        """
         root = self._loaded.root
         if not isinstance(root, dict):
             return {}
-        found: dict[str, str] = {}
-        for key, value in root.items():
-            if not name_tensors(value, self._limits, self.path):
-                found[_key_text(key)] = short_repr(value, limit)
-        return found
+        holders = tensor_holders(root.values(), self._limits, self.path)
+        return {
+            _key_text(key): short_repr(value, limit)
+            for (key, value), holds in zip(root.items(), holders, strict=True)
+            if not holds
+        }
 
     def _select(self, top_level_key: str | None) -> object:
         if top_level_key is None:

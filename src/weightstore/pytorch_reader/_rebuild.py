@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from weightstore._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader._layout import MAX_NDIM
 from weightstore.pytorch_reader._objects import (
@@ -31,6 +32,7 @@ from weightstore.pytorch_reader._objects import (
     TorchDType,
     expect_int,
     expect_ints,
+    shown_int,
     take,
 )
 from weightstore.pytorch_reader._tensors import (
@@ -46,6 +48,12 @@ StandInFn = Callable[[Context, tuple[object, ...]], object]
 
 _UTILS: Final = "torch._utils"
 _TENSOR: Final = "torch._tensor"
+_MAX_NUMEL: Final = 2**63 - 1  # torch counts a storage's elements in an int64
+
+
+def _device_text(value: object) -> str:
+    """A device argument (a ``torch.device`` or its string) as the string torch prints."""
+    return str(value) if isinstance(value, TorchDevice) else _text(value, "device")
 
 
 def _text(value: object, what: str) -> str:
@@ -72,13 +80,14 @@ def storage_from_pid(pid: object, source: StorageSource | None) -> StorageRef:
     `StorageRef` into `source`. The optional sixth item is a legacy storage view
     ``(view_key, offset, numel)`` or ``None``."""
     items = take(pid, "storage persistent id", 5, 6)
-    if _text(items[0], "persistent id kind") != "storage":
-        raise Malformed(f"persistent id kind must be 'storage', not {items[0]!r}")
+    kind = _text(items[0], "persistent id kind")
+    if kind != "storage":
+        raise Malformed(f"persistent id kind must be 'storage', not {bounded_repr(kind)}")
     key = items[2]
     key_text = str(key) if type(key) is int else _text(key, "storage key")
     numel = expect_int(items[4], "storage numel")
-    if numel < 0:
-        raise Malformed(f"storage {key_text!r} claims {numel:,} elements")
+    if not 0 <= numel <= _MAX_NUMEL:
+        raise Malformed(f"storage {bounded_repr(key_text)} claims {shown_int(numel)} elements")
     view = None
     if len(items) == 6 and items[5] is not None:
         _, offset, size = take(items[5], "storage view", 3)
@@ -116,6 +125,9 @@ def _tensor(
     """A tensor viewing ``args = (storage, offset, size, stride, [requires_grad])``."""
     storage = _storage_arg(context, args[0], name)
     offset = expect_int(args[1], f"{name} storage_offset")
+    too_many = _too_many_dims(f"{_UTILS}.{name}", args[2])
+    if too_many is not None:
+        return too_many
     shape = expect_ints(args[2], f"{name} size", MAX_NDIM)
     stride = expect_ints(args[3], f"{name} stride", MAX_NDIM)
     dtype = storage.storage_class.torch_dtype if torch_dtype is None else torch_dtype
@@ -134,7 +146,18 @@ def _tensor(
         neg=neg,
         device=storage.location,
         path=context.path,
+        max_expanded_size=context.limits.max_expanded_size,
     )
+
+
+def _too_many_dims(global_name: str, size: object) -> UnreadableTensor | None:
+    """A tensor of more dimensions than NumPy holds, which torch saves and loads: listed, and
+    refused with `LimitExceeded` when touched. Only the length is read, so a 16-million-item
+    size costs nothing however many tensors share it."""
+    if not isinstance(size, tuple | list) or len(size) <= MAX_NDIM:
+        return None
+    limit = ("number of dimensions", len(size), MAX_NDIM)
+    return UnreadableTensor(global_name, f"a tensor of {len(size):,} dimensions", limit=limit)
 
 
 def _rebuild_tensor(context: Context, args: tuple[object, ...]) -> object:
@@ -186,7 +209,8 @@ def _rebuild_from_type(context: Context, args: tuple[object, ...]) -> object:
     Parameter, a user subclass) rebuilt by `func`; the values are those of `func`'s tensor."""
     func, new_type, inner, _state = take(args, "_rebuild_from_type_v2", 4)
     if not isinstance(inner, tuple):
-        raise Malformed(f"_rebuild_from_type_v2 arguments must be a tuple, not {inner!r}")
+        kind = type(inner).__name__
+        raise Malformed(f"_rebuild_from_type_v2 arguments must be a tuple, not a {kind}")
     tensor = context.call(func, inner)
     if isinstance(new_type, GlobalRef) and new_type.name == "Parameter":
         return _as_parameter(
@@ -214,7 +238,7 @@ def _rebuild_device_tensor_from_numpy(context: Context, args: tuple[object, ...]
         None,
         array,
         requires_grad is True,
-        device=str(device),
+        device=_device_text(device),
         path=context.path,
     )
 
@@ -231,17 +255,21 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _rebuild_device_tensor_from_cpu_tensor(context: Context, args: tuple[object, ...]) -> object:
     data, dtype, device, _grad = take(args, "_rebuild_device_tensor_from_cpu_tensor", 4)
     if not isinstance(data, LazyTensor):
-        raise Malformed(f"_rebuild_device_tensor_from_cpu_tensor expects a tensor, not {data!r}")
+        kind = type(data).__name__
+        raise Malformed(f"_rebuild_device_tensor_from_cpu_tensor expects a tensor, not a {kind}")
     if _dtype_arg(dtype, "_rebuild_device_tensor_from_cpu_tensor").name != data.torch_dtype:
         name = f"{_UTILS}._rebuild_device_tensor_from_cpu_tensor"
         return UnreadableTensor(name, "a dtype conversion on load")
-    return dataclasses.replace(data, device=str(device))
+    return dataclasses.replace(data, device=_device_text(device))
 
 
 def _rebuild_meta_tensor_no_storage(context: Context, args: tuple[object, ...]) -> object:
     """A meta tensor: shape, strides and dtype, no values; `to_numpy` says so."""
     dtype, size, stride, requires_grad = take(args, "_rebuild_meta_tensor_no_storage", 4)
     name = _dtype_arg(dtype, "_rebuild_meta_tensor_no_storage").name
+    too_many = _too_many_dims(f"{_UTILS}._rebuild_meta_tensor_no_storage", size)
+    if too_many is not None:
+        return too_many
     shape = expect_ints(size, "meta tensor size", MAX_NDIM)
     strides = expect_ints(stride, "meta tensor stride", MAX_NDIM)
     return LazyTensor(
@@ -272,6 +300,8 @@ def _device(context: Context, args: tuple[object, ...]) -> object:
 def _size(context: Context, args: tuple[object, ...]) -> object:
     """``torch.Size((2, 3))`` is a plain tuple of ints here."""
     (sizes,) = take(args, "torch.Size", 1)
+    if isinstance(sizes, tuple | list):  # one list may be passed again and again
+        context.spend(len(sizes))
     return expect_ints(sizes, "torch.Size", context.limits.max_container_size)
 
 

@@ -11,16 +11,24 @@ then returns
 Burn reads every tensor as if contiguous, pads short storages with zeros and fills missing ones
 with zeros. Here a view that reaches past its storage, a storage whose size disagrees with its
 claim, or a storage that is not there is an error naming the tensor; values are never invented.
+
+`validate` also refuses, naming the tensor, what torch holds and NumPy cannot: more than
+`MAX_NDIM` dimensions, or a shape whose byte count passes ssize_t (`MAX_ARRAY_SIZE`; zero-element
+shapes included, as NumPy counts them). A view that repeats its storage's elements (stride 0)
+may not copy out more than ``max_expanded_size`` bytes beyond what the storage holds, and the
+negative bit is refused on the dtypes torch itself cannot negate. A size-1 dimension never steps,
+so its stride, which may be anything up to 2**63 - 1 in torch, is never used.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
+from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_torch
 from weightstore.errors import (
     DescriptorError,
@@ -30,12 +38,32 @@ from weightstore.errors import (
     SliceError,
     UnsupportedObjectError,
 )
-from weightstore.pytorch_reader._layout import MAX_NDIM
-from weightstore.pytorch_reader._objects import StorageClass, torch_itemsize
+from weightstore.pytorch_reader._layout import (
+    MAX_ARRAY_SIZE,
+    MAX_EXPANDED_SIZE,
+    MAX_NDIM,
+)
+from weightstore.pytorch_reader._objects import StorageClass, clip, shown_int, torch_itemsize
 
-__all__ = ["LazyTensor", "StorageRef", "StorageSource", "TensorSlice", "UnreadableTensor"]
+__all__ = [
+    "NO_NEGATION",
+    "LazyTensor",
+    "StorageRef",
+    "StorageSource",
+    "TensorSlice",
+    "UnreadableTensor",
+    "validate_shape",
+    "validate_view",
+]
 
 _MAX_INDEX = 2**63 - 1  # torch's sizes, strides and offsets are int64
+
+NO_NEGATION: Final = frozenset({
+    "bool", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "float8_e8m0fnu",
+})  # fmt: skip
+"""Dtypes torch 2.13 has no negation for: ``torch.load`` keeps their negative bit and fails
+(``"neg_cpu" not implemented for 'Bool'``) on first touch; so do we, naming the tensor."""
 
 
 class StorageSource(Protocol):
@@ -108,8 +136,8 @@ class StorageRef:
         offset, numel = self.view
         if offset < 0 or numel < 0 or offset + numel > self.numel:
             raise DescriptorError(
-                f"storage view [{offset:,}, {offset + numel:,}) lies outside "
-                f"storage {self.key!r} of {self.numel:,} elements",
+                f"storage view [{shown_int(offset)}, {shown_int(offset + numel)}) lies outside "
+                f"storage {bounded_repr(self.key)} of {shown_int(self.numel)} elements",
                 path=path,
                 tensor=tensor,
             )
@@ -129,9 +157,15 @@ class UnreadableTensor:
     global_name: str
     reason: str
     dtype_problem: bool = False
+    limit: tuple[str, int, int] | None = None
 
-    def error(self, path: str | None, tensor: str | None) -> DTypeError | UnsupportedObjectError:
-        """The error touching this tensor raises, naming `path` and `tensor`."""
+    def error(
+        self, path: str | None, tensor: str | None
+    ) -> DTypeError | UnsupportedObjectError | LimitExceeded:
+        """The error touching this tensor raises, naming `path` and `tensor`: `LimitExceeded`
+        for a tensor over a limit (`limit` is what, found and limit), else by its reason."""
+        if self.limit is not None:
+            return LimitExceeded(*self.limit, path=path, tensor=tensor)
         if self.dtype_problem:
             return DTypeError(
                 f"{self.reason} (built by {self.global_name})", path=path, tensor=tensor
@@ -158,6 +192,8 @@ class LazyTensor:
         device: the device it was saved from (``"meta"`` tensors carry no values).
         name: the dotted name the reader gave it; ``None`` outside a reader's listing.
         path: the file, for error messages.
+        max_expanded_size: the reader's limit on the bytes an expanded view copies out beyond
+            its storage's (see `validate`).
     """
 
     shape: tuple[int, ...]
@@ -173,6 +209,7 @@ class LazyTensor:
     device: str = "cpu"
     name: str | None = None
     path: str | None = None
+    max_expanded_size: int = MAX_EXPANDED_SIZE
 
     @property
     def dtype(self) -> DType:
@@ -205,18 +242,40 @@ class LazyTensor:
         return dataclasses.replace(self, name=name)
 
     def validate(self) -> None:
-        """Prove the tensor readable without reading it: dtype known, storage present, view
-        inside the storage; raises the error `to_numpy` would. A meta tensor passes (its shape
-        and dtype are real); only its `to_numpy` fails."""
+        """Prove the tensor readable without reading it: dtype known, shape one NumPy can hold,
+        storage present, view inside the storage, copy within ``max_expanded_size``; raises the
+        error `to_numpy` would. A meta tensor passes (its shape and dtype are real); only its
+        `to_numpy` fails.
+
+        Raises:
+            DTypeError: NumPy has no such dtype, or torch cannot apply its negative bit.
+            LimitExceeded: more than `MAX_NDIM` dimensions, a shape past `MAX_ARRAY_SIZE`
+                bytes, or an expanded view past ``max_expanded_size``.
+            MissingStorageError, DescriptorError: as `to_numpy`.
+        """
         itemsize = self.numpy_dtype.itemsize  # first: a dtype NumPy lacks is the error to give
+        where = {"path": self.path, "tensor": self.name}
+        validate_shape(self.shape, itemsize, **where)
+        if self.neg and self.torch_dtype in NO_NEGATION:
+            raise DTypeError(
+                f"torch's negative bit is set on a {self.torch_dtype} tensor, which torch "
+                "cannot negate either (it fails on first touch)",
+                **where,
+            )
         if self.array is not None or (self.storage is None and self.device == "meta"):
             return
         storage = self._storage()
         storage.require(self.path, self.name)
-        capacity = storage.window_nbytes(self.path, self.name) // itemsize
-        validate_view(
-            self.shape, self.stride, self.storage_offset, capacity, path=self.path, tensor=self.name
-        )
+        window = storage.window_nbytes(self.path, self.name)
+        validate_view(self.shape, self.stride, self.storage_offset, window // itemsize, **where)
+        nbytes = self.numel * itemsize  # past `window` only by repeating elements
+        if nbytes > window and nbytes > self.max_expanded_size:
+            raise LimitExceeded(
+                "bytes of a view that repeats its storage's elements",
+                nbytes,
+                self.max_expanded_size,
+                **where,
+            )
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """The values `torch.load` gives, as a NumPy array (a view of the file when possible).
@@ -265,8 +324,9 @@ class LazyTensor:
         return array
 
     def __repr__(self) -> str:
-        where = f" {self.name!r}" if self.name else ""
-        return f"<tensor{where} {self.torch_dtype} {list(self.shape)}>"
+        where = f" {bounded_repr(self.name, limit=80)}" if self.name else ""
+        shape = bounded_repr(list(self.shape), limit=200, max_nodes=MAX_NDIM + 1)
+        return f"<tensor{where} {self.torch_dtype} {shape}>"
 
 
 class TensorSlice:
@@ -309,11 +369,44 @@ class TensorSlice:
         try:  # a zero-stride stand-in of the same shape checks the index without reading
             np.broadcast_to(np.empty((), np.uint8), self.shape)[index]
         except IndexError as err:
-            raise SliceError(str(err), path=self._tensor.path, tensor=self._tensor.name) from None
+            detail = clip(str(err))  # NumPy's text may quote the index
+            raise SliceError(detail, path=self._tensor.path, tensor=self._tensor.name) from None
         return np.asarray(self._tensor.to_numpy()[index])
 
     def __repr__(self) -> str:
         return f"<slice of {self._tensor!r}>"
+
+
+def validate_shape(
+    shape: tuple[int, ...], itemsize: int, *, path: str | None, tensor: str | None
+) -> None:
+    """Refuse a shape NumPy cannot make an array of (`itemsize`-byte elements): more than
+    `MAX_NDIM` dimensions, a negative size or one past 2**63 - 1, or a byte count past
+    `MAX_ARRAY_SIZE`, counted as NumPy counts it (itemsize times every non-zero size).
+
+    Raises:
+        LimitExceeded: too many dimensions, or too many bytes.
+        DescriptorError: a size that is negative or past int64.
+    """
+    if len(shape) > MAX_NDIM:
+        raise LimitExceeded("number of dimensions", len(shape), MAX_NDIM, path=path, tensor=tensor)
+    if min(shape, default=0) < 0 or max(shape, default=0) > _MAX_INDEX:
+        raise DescriptorError(
+            f"shape {bounded_repr(list(shape))} has a size that is negative or over 2**63 - 1",
+            path=path,
+            tensor=tensor,
+        )
+    size = itemsize
+    for dim in shape:  # at most MAX_NDIM factors below 2**63: the product stays small
+        size *= dim or 1
+    if size > MAX_ARRAY_SIZE:
+        raise LimitExceeded(
+            "bytes of the shape, as NumPy counts them (zero sizes skipped)",
+            size,
+            MAX_ARRAY_SIZE,
+            path=path,
+            tensor=tensor,
+        )
 
 
 def validate_view(
@@ -325,25 +418,27 @@ def validate_view(
     path: str | None,
     tensor: str | None,
 ) -> None:
-    """Refuse a view torch would refuse or that reaches past `capacity` elements."""
-    if len(shape) > MAX_NDIM:
-        raise LimitExceeded("number of dimensions", len(shape), MAX_NDIM, path=path, tensor=tensor)
+    """Refuse a view torch would refuse or that reaches past `capacity` elements. The shape is
+    checked as `validate_shape` checks it for one-byte elements; strides of size-1 dimensions
+    are never used, so any non-negative int64 passes for them.
+
+    Raises:
+        DescriptorError: strides that do not match the shape, a negative or over-int64 stride
+            or offset, or a view that reaches past the storage.
+        LimitExceeded: as `validate_shape`.
+    """
+    validate_shape(shape, 1, path=path, tensor=tensor)
     if len(stride) != len(shape):
         raise DescriptorError(
-            f"shape {list(shape)} has {len(shape)} dimensions but stride "
-            f"{list(stride)} has {len(stride)}",
+            f"shape {bounded_repr(list(shape))} has {len(shape)} dimensions but stride "
+            f"{bounded_repr(list(stride))} has {len(stride)}",
             path=path,
             tensor=tensor,
         )
-    if offset < 0 or min(shape, default=0) < 0 or min(stride, default=0) < 0:
+    if not 0 <= offset <= _MAX_INDEX or not all(0 <= step <= _MAX_INDEX for step in stride):
         raise DescriptorError(
-            f"offset {offset:,}, shape {list(shape)} or stride {list(stride)} is negative",
-            path=path,
-            tensor=tensor,
-        )
-    if max((*shape, *stride, offset)) > _MAX_INDEX:
-        raise DescriptorError(
-            f"offset {offset:,}, shape {list(shape)} or stride {list(stride)} is over 2**63 - 1",
+            f"offset {shown_int(offset)} or stride {bounded_repr(list(stride))} is negative "
+            "or over 2**63 - 1",
             path=path,
             tensor=tensor,
         )
@@ -352,7 +447,8 @@ def validate_view(
     last = offset + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
     if last >= capacity:
         raise DescriptorError(
-            f"view reaches element {last:,} of a storage holding {capacity:,} elements",
+            f"view reaches element {shown_int(last)} of a storage holding "
+            f"{shown_int(capacity)} elements",
             path=path,
             tensor=tensor,
         )
@@ -367,6 +463,20 @@ def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
+def _byte_strides(
+    shape: tuple[int, ...], stride: tuple[int, ...], itemsize: int
+) -> tuple[int, ...]:
+    """NumPy's strides for a validated view with elements: a size-1 dimension gets the
+    contiguous stride, whatever the file says (torch accepts 2**63 - 1 there; NumPy's byte
+    stride would overflow ssize_t), and every other stride is under the storage's size."""
+    strides: list[int] = []
+    contiguous = itemsize
+    for size, step in zip(reversed(shape), reversed(stride), strict=True):
+        strides.append(contiguous if size == 1 else step * itemsize)
+        contiguous *= size
+    return tuple(reversed(strides))
+
+
 def _view(
     data: memoryview, np_dtype: np.dtype[Any], tensor: LazyTensor, swap: bool
 ) -> np.ndarray[Any, Any]:
@@ -375,7 +485,7 @@ def _view(
     if tensor.numel == 0:
         return np.empty(tensor.shape, dtype=np_dtype)
     swap = swap and itemsize > 1
-    byte_strides = tuple(step * itemsize for step in tensor.stride)
+    byte_strides = _byte_strides(tensor.shape, tensor.stride, itemsize)
     opaque = np.dtype(f"V{itemsize}") if swap else np_dtype
     # Over np.frombuffer's byte array, never the memoryview itself: that array holds a buffer
     # export of the mapping, which keeps a closed reader's file mapped while this view lives;

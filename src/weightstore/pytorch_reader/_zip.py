@@ -1,18 +1,21 @@
 """The zip layout (torch >= 1.6; see `_layout`): records under one ``<archive>/`` folder.
 
-`load_zip` refuses TorchScript and torch.package archives, reads the small records and
-``data.pkl`` through zipfile (so their CRCs are checked), and hands the machine a persistent-id
-resolver over `ZipStorages`: stored ``data/<key>`` entries are views of the mapped file at the
-payload offset their local header gives; compressed ones are inflated once.
+`load_zip` refuses torch.package archives, reads the small records and ``data.pkl`` through
+zipfile (so their CRCs are checked), and hands the machine a persistent-id resolver over
+`ZipStorages`: stored ``data/<key>`` entries are views of the mapped file at the payload offset
+their local header gives; compressed ones are inflated once. A TorchScript archive's module
+graph becomes its state dict in `_torchscript`, its code read as text and never run.
 """
 
 from __future__ import annotations
 
+import lzma
 import struct
 import zipfile
 import zlib
 
 from weightstore._bytesource import MmapSource
+from weightstore._render import bounded_repr
 from weightstore.errors import (
     ArchiveError,
     DescriptorError,
@@ -28,23 +31,26 @@ from weightstore.pytorch_reader._layout import (
     SERIALIZATION_ID_RECORD,
     STORAGE_FOLDER,
     TORCH_PACKAGE_MARKER,
-    TORCHSCRIPT_MARKERS,
     VERSION_RECORD,
     ZIP_LOCAL_HEADER,
     ZIP_LOCAL_HEADER_SIZE,
     ZIP_MAGIC,
     Limits,
 )
-from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
+from weightstore.pytorch_reader._loaded import ArchiveInfo, Layout, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
+from weightstore.pytorch_reader._objects import clip, shown_int
 from weightstore.pytorch_reader._rebuild import storage_from_pid
 from weightstore.pytorch_reader._tensors import StorageSource
+from weightstore.pytorch_reader._torchscript import is_torchscript, module_state
 
 __all__ = ["ZipStorages", "load_zip"]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
 _SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
-# Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own.
+# Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
+# decompressors add theirs: zlib.error, bz2's OSError, and lzma.LZMAError, which is none of
+# these (a damaged LZMA member's header raises it when zipfile opens the member).
 _ZIP_ERRORS = (
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
@@ -54,6 +60,7 @@ _ZIP_ERRORS = (
     OSError,
     EOFError,
     zlib.error,
+    lzma.LZMAError,
     struct.error,
     KeyError,
     OverflowError,
@@ -66,7 +73,7 @@ def load_zip(source: MmapSource, limits: Limits) -> Loaded:
     try:
         archive = zipfile.ZipFile(source.name)
     except _ZIP_ERRORS as err:
-        raise ArchiveError(f"damaged zip archive: {err}", path=source.name) from err
+        raise ArchiveError(f"damaged zip archive: {clip(str(err))}", path=source.name) from err
     try:
         return _read_zip(source, archive, limits)
     except BaseException:
@@ -82,7 +89,7 @@ def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> L
     byte_order = records.text(BYTEORDER_RECORD) or "little"
     if byte_order not in ("little", "big"):
         raise ArchiveError(
-            f"is {byte_order!r}, expected 'little' or 'big'",
+            f"is {bounded_repr(byte_order)}, expected 'little' or 'big'",
             entry=prefix + BYTEORDER_RECORD,
             path=path,
         )
@@ -94,9 +101,21 @@ def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> L
         limits=limits,
         persistent_load=lambda pid: storage_from_pid(pid, storages),
     )
+    layout: Layout = "zip"
+    if is_torchscript(names, prefix):  # torch.jit.save: the module graph's state dict
+        layout = "torchscript"
+        root = module_state(
+            root,
+            lambda name: (
+                records.read(name, limits.max_pickle_size) if prefix + name in names else None
+            ),
+            prefix,
+            limits,
+            path,
+        )
     alignment = records.text(ALIGNMENT_RECORD)
     info = ArchiveInfo(
-        "zip",
+        layout,
         byte_order,
         protocol,
         records.text(FORMAT_VERSION_RECORD),
@@ -111,12 +130,11 @@ def _zip_prefix(names: list[str], path: str) -> str:
     """The folder every record sits in (``"<archive>/"``), after refusing archives that are
     not `torch.save` checkpoints. Like torch, the first entry's folder decides."""
     relative = {name.partition("/")[2] if "/" in name else name for name in names}
-    if TORCHSCRIPT_MARKERS[0] in relative or any(
-        n.startswith(TORCHSCRIPT_MARKERS[1]) for n in relative
-    ):
+    if is_torchscript(relative) and DATA_PKL not in relative:  # read in `_torchscript`
         raise UnsupportedFormatError(
-            "a TorchScript archive (torch.jit.save); loading it means running its code, "
-            "so it is refused; save the model's state_dict() with torch.save instead",
+            "a TorchScript archive without data.pkl (the model.json layout of torch 1.0 to "
+            "1.2), which this reader does not read; save torch.jit.load(f).state_dict() with "
+            "torch.save instead",
             path=path,
         )
     if TORCH_PACKAGE_MARKER in relative:
@@ -150,7 +168,7 @@ class _ZipRecords:
         try:
             return self._archive.read(info)
         except _ZIP_ERRORS as err:
-            raise ArchiveError(str(err), entry=info.filename, path=self._path) from err
+            raise ArchiveError(clip(str(err)), entry=info.filename, path=self._path) from err
 
     def text(self, name: str) -> str | None:
         if self._prefix + name not in self._names:
@@ -198,7 +216,8 @@ class ZipStorages(StorageSource):
             raise MissingStorageError(key, path=self.path, tensor=tensor)
         if info.file_size != nbytes:
             raise DescriptorError(
-                f"storage {key!r} holds {info.file_size:,} bytes, the pickle claims {nbytes:,}",
+                f"storage {bounded_repr(key)} holds {info.file_size:,} bytes, "
+                f"the pickle claims {shown_int(nbytes)}",
                 path=self.path,
                 tensor=tensor,
             )
@@ -255,5 +274,5 @@ class ZipStorages(StorageSource):
                     done += len(chunk)
                 entry.read(1)  # reaching the end makes zipfile check the CRC
         except _ZIP_ERRORS as err:
-            raise ArchiveError(str(err), entry=info.filename, path=self.path) from err
+            raise ArchiveError(clip(str(err)), entry=info.filename, path=self.path) from err
         return buffer

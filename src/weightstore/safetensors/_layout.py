@@ -23,6 +23,10 @@ One departure: the package's metadata map is a Rust ``HashMap``, so its key orde
 run to run; we write metadata keys sorted, which is one of the orders it may produce.
 
 A reader SHOULD NOT assume a foreign writer aligned anything; see `_slice.view_as_array`.
+
+Limits, checked before anything is allocated: MAX_HEADER_SIZE below, and NumPy's, shared with
+burnpack (`_reader_base.MAX_DIMS` dims, sizes within `MAX_ARRAY_SIZE`). The safetensors package
+checks only that shape products fit a u64; a shape between the two opens there and not here.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._reader_base import ContainerReader, parse_shape_and_offsets
+from weightstore._render import bounded_repr
 from weightstore._slice import TensorSlice, view_as_array
 from weightstore.dtypes import DType, from_safetensors
 from weightstore.errors import (
@@ -107,6 +108,8 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
                 path=self.path,
             ) from err
         except (ValueError, RecursionError) as err:
+            # Python's texts quote no content (a position, "Exceeds the limit (4300 digits)", the
+            # recursion depth), and `decode_header`'s own name only NaN or Infinity.
             raise MetadataError(f"header is not valid JSON: {err}", path=self.path) from err
 
     # -- access ---------------------------------------------------------------------------------
@@ -160,10 +163,10 @@ def _parse_metadata(value: object, path: str | None) -> dict[str, str]:
     metadata: dict[str, str] = {}
     for key, text in value:
         if key in metadata:
-            raise MetadataError(f"metadata key {key!r} appears twice", path=path)
+            raise MetadataError(f"metadata key {bounded_repr(key)} appears twice", path=path)
         if not is_text(key) or not is_text(text):
             raise MetadataError(
-                f"metadata value of {key!r} is {text!r}, not a string; "
+                f"metadata value of {bounded_repr(key)} is {bounded_repr(text)}, not a string; "
                 "SafeTensors metadata maps strings to strings",
                 path=path,
             )
@@ -177,7 +180,9 @@ def _fields(name: str, value: object, path: str | None) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, field in value:
         if key in fields:
-            raise DescriptorError(f"field {key!r} appears twice", path=path, tensor=name)
+            raise DescriptorError(
+                f"field {bounded_repr(key)} appears twice", path=path, tensor=name
+            )
         fields[key] = field
     return fields
 
@@ -186,13 +191,18 @@ def _parse_descriptor(name: str, value: object, path: str | None) -> TensorDescr
     if not is_text(name):
         raise DescriptorError("name is not valid Unicode", path=path, tensor=name)
     fields = _fields(name, value, path)
+    raw_dtype = fields.get("dtype")
     try:
-        dtype = from_safetensors(fields.get("dtype"))  # type: ignore[arg-type]
+        # Only a string can name a dtype, and only a string reaches from_safetensors, whose own
+        # message renders what it refuses in full.
+        dtype = from_safetensors(raw_dtype) if isinstance(raw_dtype, str) else None
     except DTypeError:
+        dtype = None
+    if dtype is None:
         raise DescriptorError(
-            f"dtype {fields.get('dtype')!r} is not a SafeTensors dtype", path=path, tensor=name
-        ) from None
-    shape, (start, end) = parse_shape_and_offsets(fields, path, name)
+            f"dtype {bounded_repr(raw_dtype)} is not a SafeTensors dtype", path=path, tensor=name
+        )
+    shape, (start, end) = parse_shape_and_offsets(fields, path, name, dtype)
     _validate_length(name, dtype, shape, end - start, path)
     return TensorDescriptor(name, dtype, shape, (start, end))
 

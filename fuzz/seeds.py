@@ -1,0 +1,155 @@
+"""Regenerate the seed corpora: ``python -m fuzz.seeds`` (needs torch for the PyTorch seeds).
+
+Small real files of each format, written by our own writers and by `torch.save`, one feature
+each (dtypes, empty and scalar tensors, metadata, scalars, strided and shared storages, whole
+modules, every PyTorch layout, compressed zip members), so the fuzzer starts from every branch a
+valid file takes. Files go to fuzz/corpus/<parser>/seed-<name>; the whole set stays a few
+hundred KB. Corpus files the fuzzer adds (named by their SHA-1) are left alone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from weightstore import burnpack, safetensors
+from weightstore.entry import TensorEntry
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def _arrays() -> dict[str, dict[str, np.ndarray[Any, Any]]]:
+    rng = np.random.default_rng(0)
+    return {
+        "f32": {"fc.weight": rng.standard_normal((4, 3), np.float32), "fc.bias": np.ones(4, "f4")},
+        "dtypes": {
+            name: np.arange(6).astype(name).reshape(2, 3)
+            for name in ("f2", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "?")
+        },
+        "edge": {
+            "empty": np.zeros((0, 3), "f4"),
+            "scalar": np.array(2.5, "f4"),
+            "one": np.ones((1, 1, 1, 1), "f4"),
+            "a.b.c.d": np.arange(3, dtype="i4"),
+        },
+    }
+
+
+def _burnpack_seeds() -> dict[str, bytes]:
+    seeds: dict[str, bytes] = {}
+    for label, arrays in _arrays().items():
+        entries = [TensorEntry.from_array(name, value) for name, value in arrays.items()]
+        seeds[label] = burnpack.write_bytes(entries)
+    entries = [TensorEntry.from_array("w", np.ones((2, 2), "f4"))]
+    seeds["metadata"] = burnpack.write_bytes(entries, {"format": "burn", "": "x" * 40})
+    seeds["scalars"] = burnpack.write_bytes(entries, scalars={"epoch": 3, "lr": 0.5, "ok": True})
+    seeds["none"] = burnpack.write_bytes([])
+    example = Path(burnpack.__file__).parent.parent / "examples" / "tiny_cnn.bpk"
+    seeds["tiny_cnn"] = example.read_bytes()
+    return seeds
+
+
+def _safetensors_seeds() -> dict[str, bytes]:
+    seeds: dict[str, bytes] = {}
+    for label, arrays in _arrays().items():
+        entries = [TensorEntry.from_array(name, value) for name, value in arrays.items()]
+        seeds[label] = safetensors.write_bytes(entries)
+    entries = [TensorEntry.from_array("w", np.ones((2, 2), "f4"))]
+    seeds["metadata"] = safetensors.write_bytes(entries, {"format": "pt", "k": "v" * 30})
+    seeds["none"] = safetensors.write_bytes([])
+    return seeds
+
+
+def _torch_bytes(obj: Any, **options: Any) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, **options)
+    return buffer.getvalue()
+
+
+def _rezip(data: bytes, compression: int) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as old, zipfile.ZipFile(out, "w") as new:
+        for info in old.infolist():
+            entry = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            entry.compress_type = compression
+            new.writestr(entry, old.read(info))
+    return out.getvalue()
+
+
+def _tar(storage: np.ndarray[Any, Any]) -> bytes:
+    """A tar checkpoint as torch < 0.1.10 wrote one (one storage, one 2x3 tensor)."""
+    from tests.pytorch_reader._support import op_dict, op_str, torch_style_tar
+
+    root = op_dict([(op_str("x"), op_str("2") + b"Q")])
+    folder = Path(os.environ.get("TMPDIR", "/tmp"))
+    path = folder / f"weightstore-seed-{os.getpid()}.tar"
+    try:
+        tensor = (2, 1, "torch.FloatTensor", (2, 3), (3, 1), 0)
+        torch_style_tar(path, [(1, "FloatStorage", storage)], [tensor], root)
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _pytorch_seeds() -> dict[str, bytes]:
+    import torch
+    from torch import nn
+
+    DTYPES = (torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int64,
+              torch.uint8, torch.bool, torch.complex64)  # fmt: skip
+    torch.manual_seed(0)
+    linear = nn.Linear(3, 2)
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    seeds = {
+        "state_dict": _torch_bytes(linear.state_dict()),
+        "checkpoint": _torch_bytes(
+            {"model": linear.state_dict(), "epoch": 3, "config": {"lr": 0.1, "names": ["a"]}}
+        ),
+        "dtypes": _torch_bytes({str(d).split(".")[-1]: torch.ones(2, 2).to(d) for d in DTYPES}),
+        "views": _torch_bytes({"t": base.t(), "row": base[1], "same": base, "step": base[:, ::2]}),
+        "module": _torch_bytes(nn.Sequential(nn.Linear(2, 2), nn.ReLU())),
+        "scalar": _torch_bytes({"s": torch.tensor(1.5), "e": torch.zeros(0, 2)}),
+        "legacy": _torch_bytes(linear.state_dict(), _use_new_zipfile_serialization=False),
+        "tar": _tar(np.arange(6, dtype="<f4")),
+        "pickle": pickle.dumps({"plain": [1, 2.5, "x", None, (True,)]}, protocol=2),
+    }
+    state = seeds["state_dict"]
+    seeds["deflate"] = _rezip(state, zipfile.ZIP_DEFLATED)
+    seeds["bzip2"] = _rezip(state, zipfile.ZIP_BZIP2)
+    seeds["lzma"] = _rezip(state, zipfile.ZIP_LZMA)
+    return seeds
+
+
+GENERATORS: dict[str, Callable[[], dict[str, bytes]]] = {
+    "burnpack": _burnpack_seeds,
+    "safetensors": _safetensors_seeds,
+    "pytorch": _pytorch_seeds,
+}
+
+
+def write_seeds(parsers: list[str]) -> None:
+    for parser in parsers:
+        folder = CORPUS / parser
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("seed-*"):
+            old.unlink()
+        seeds = GENERATORS[parser]()
+        for name, data in seeds.items():
+            (folder / f"seed-{name}").write_bytes(data)
+        total = sum(len(d) for d in seeds.values())
+        print(f"{parser}: {len(seeds)} seeds, {total:,} bytes in {folder}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(CORPUS.parent.parent))  # the tar seed borrows the tests' helpers
+    write_seeds(sys.argv[1:] or list(GENERATORS))

@@ -1,0 +1,240 @@
+"""The fuzz targets: one input's bytes through every read path a parser has.
+
+`exercise` writes the input to one scratch file per process and per parser, then runs the
+format's reader in each read mode (mmap and pread; the PyTorch reader maps only), format
+detection, `get` of every tensor, `get_slice` on the first few, `metadata()`, and the CLI's
+``inspect`` and ``verify`` in-process. A finding is anything but a `WeightstoreError` escaping a
+reader, a CLI exit code other than 0, 1 or 2 (3 is "internal error"), or a file descriptor or
+mapping of the input left open once everything is closed. `check` raises `Finding` for one;
+the fuzz runner records it and goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import io
+import os
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from weightstore import cli, formats
+from weightstore.burnpack import BurnpackReader
+from weightstore.errors import WeightstoreError
+from weightstore.safetensors import SafetensorsReader
+
+__all__ = ["PARSERS", "Finding", "check", "exercise", "scratch_path", "signature"]
+
+PARSERS: Final = ("burnpack", "safetensors", "pytorch")
+SUFFIX: Final = {"burnpack": ".bpk", "safetensors": ".safetensors", "pytorch": ".pt"}
+SLICED_TENSORS: Final = 3  # get_slice on this many tensors per file; get reads every tensor
+CLI_OK_CODES: Final = frozenset({0, 1, 2})  # ok, different/failed verification, bad input
+
+
+class Finding(Exception):
+    """An input made weightstore misbehave; `kind` names how (an exception class, an exit code,
+    a leak) and `where` the innermost weightstore frame, so equal bugs share a `signature`."""
+
+    def __init__(self, kind: str, where: str, detail: str) -> None:
+        self.kind, self.where, self.detail = kind, where, detail
+        super().__init__(f"{kind} at {where}: {detail}")
+
+
+@dataclass(slots=True)
+class _Scratch:
+    path: str | None = None
+
+
+_SCRATCH: dict[str, _Scratch] = {}
+
+
+def scratch_path(parser: str) -> str:
+    """The one file this process rewrites for each input of `parser` (removed at exit)."""
+    scratch = _SCRATCH.setdefault(parser, _Scratch())
+    if scratch.path is None:
+        # /dev/shm where there is one: truncating a file on disk costs more than reading it.
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, scratch.path = tempfile.mkstemp(
+            prefix=f"weightstore-fuzz-{parser}-", suffix=SUFFIX[parser], dir=folder
+        )
+        os.close(fd)
+        import atexit
+
+        atexit.register(_remove, scratch.path)
+    return scratch.path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def signature(err: BaseException) -> tuple[str, str]:
+    """``(exception class, innermost frame under weightstore/)`` of a foreign exception."""
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if "weightstore" in f.filename and "/fuzz/" not in f.filename]
+    if not (ours or frames):
+        return type(err).__qualname__, "?"
+    frame = (ours or frames)[-1]
+    filename = frame.filename.split("src/weightstore/")[-1]
+    return type(err).__qualname__, f"{filename}:{frame.lineno} ({frame.name})"
+
+
+# -- the read paths -------------------------------------------------------------------------------
+
+
+def _exercise_reader(reader: Any) -> None:
+    names = list(reader.names())
+    reader.names_in_file_order()
+    for name in names:
+        reader.descriptor(name)
+        array = reader.get(name)
+        array.sum() if array.dtype.kind in "biuf" else None
+    for name in names[:SLICED_TENSORS]:
+        sliced = reader.get_slice(name)
+        sliced[...]
+        shape = tuple(reader.descriptor(name).shape)
+        if shape and shape[0] > 0:
+            sliced[0:1]
+            sliced[shape[0] - 1]
+            if len(shape) > 1 and shape[1] > 0:
+                sliced[:, 0:1]
+    metadata = reader.metadata()
+    dict(metadata)
+    repr(reader)
+
+
+def _burnpack(path: str) -> None:
+    for mode in ("mmap", "pread"):
+        with contextlib.suppress(WeightstoreError), open_burnpack(path, mode=mode) as reader:
+            _exercise_reader(reader)
+            reader.scalars  # noqa: B018 - parsed at open; touched so a lazy parse would run too
+
+
+def _safetensors(path: str) -> None:
+    for mode in ("mmap", "pread"):
+        with contextlib.suppress(WeightstoreError), open_safetensors(path, mode=mode) as reader:
+            _exercise_reader(reader)
+
+
+def _pytorch(path: str) -> None:
+    from weightstore.pytorch_reader import PytorchReader
+
+    with contextlib.suppress(WeightstoreError), PytorchReader.from_file(path) as reader:
+        _exercise_reader(reader)
+        reader.load_object()
+        reader.others()
+
+
+_READERS: Final[dict[str, Callable[[str], None]]] = {
+    "burnpack": _burnpack,
+    "safetensors": _safetensors,
+    "pytorch": _pytorch,
+}
+
+
+def _detect(path: str) -> None:
+    with contextlib.suppress(WeightstoreError):
+        fmt = formats.detect_format(path)
+        with contextlib.suppress(WeightstoreError), fmt.open_file(path) as reader:
+            reader.names()
+
+
+_BUILD_PARSER: Final = cli.build_parser
+
+
+@functools.cache
+def _cli_parser() -> argparse.ArgumentParser:
+    return _BUILD_PARSER()
+
+
+def _cli(path: str) -> None:
+    for argv in (["inspect", path], ["inspect", "--json", path], ["verify", "--quiet", path]):
+        out, err = io.StringIO(), io.StringIO()
+        with _cached_cli_parser(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(argv)
+        if code not in CLI_OK_CODES:
+            last = err.getvalue().strip().splitlines()[-1:] or [""]
+            raise Finding(f"cli exit {code}", f"weightstore {argv[0]}", last[0][:300])
+
+
+@contextlib.contextmanager
+def _cached_cli_parser() -> Iterator[None]:
+    """Building the parser is four fifths of a CLI call and no input reaches it, so the target
+    builds it once; put back afterwards, so that a test session sees the real function."""
+    cli.build_parser = _cli_parser
+    try:
+        yield
+    finally:
+        cli.build_parser = _BUILD_PARSER
+
+
+# -- leaks ----------------------------------------------------------------------------------------
+
+
+_MAPS_EVERY: Final = 32  # reading /proc/self/maps costs about as much as reading a file
+
+
+def _held(path: str, maps: bool) -> int:
+    """Open descriptors of `path` in this process, plus its mappings when `maps` is set."""
+    count = 0
+    with contextlib.suppress(OSError):
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}") == path:
+                    count += 1
+    if maps:
+        with contextlib.suppress(OSError), open("/proc/self/maps") as lines:
+            count += sum(1 for line in lines if line.rstrip().endswith(path))
+    return count
+
+
+_CALLS = [0]
+open_burnpack: Final = BurnpackReader.from_file
+open_safetensors: Final = SafetensorsReader.from_file
+
+
+@contextlib.contextmanager
+def _no_leaks(path: str, every_time: bool) -> Iterator[None]:
+    """Raise `Finding` if `path` is still open or mapped (after a collection) once the body
+    ends. Descriptors are checked each input, mappings every `_MAPS_EVERY`th (or always)."""
+    yield
+    _CALLS[0] += 1
+    maps = every_time or _CALLS[0] % _MAPS_EVERY == 0
+    if _held(path, maps) and (gc.collect() or True) and _held(path, maps):
+        raise Finding("leak", "file handles", "descriptors or mappings of the input stay open")
+
+
+# -- entry points ---------------------------------------------------------------------------------
+
+
+def exercise(parser: str, data: bytes, *, thorough: bool = False) -> None:
+    """Run `data` through every read path of `parser`; foreign exceptions propagate as is.
+
+    `thorough` checks for leaked mappings after every input, not every `_MAPS_EVERY`th.
+    """
+    path = scratch_path(parser)
+    with open(path, "wb") as file:
+        file.write(data)
+    with _no_leaks(path, thorough):
+        _READERS[parser](path)
+        _detect(path)
+        _cli(path)
+
+
+def check(parser: str, data: bytes, *, thorough: bool = False) -> None:
+    """As `exercise`, with any misbehaviour raised as one `Finding` (cause chained)."""
+    try:
+        exercise(parser, data, thorough=thorough)
+    except Finding:
+        raise
+    except RecursionError as err:  # a signature from a 1,000-frame traceback costs seconds
+        raise Finding("RecursionError", signature(err)[1], str(err)[:300]) from err
+    except Exception as err:
+        kind, where = signature(err)
+        raise Finding(kind, where, str(err)[:300]) from err

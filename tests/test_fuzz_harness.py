@@ -1,0 +1,207 @@
+"""The fuzz harness (fuzz/, docs/security.md): crasher regressions, seeds, mutators, smoke runs.
+
+- Every file in fuzz/crashers/<parser>/ is an input that once made a reader misbehave; each is
+  a test here, run through the same target the fuzzer runs, in a subprocess under the same
+  limits (`fuzz.run.replay`: 5 s of CPU time, 4 GiB), and passes once only typed errors come
+  out. The name says what it did: ``<ExceptionClass>-*`` (saved by the harness), ``timeout-*``,
+  ``oom-*`` or ``crash-*`` (saved by libFuzzer); the ``.txt`` beside it, where and what.
+- The seeds read cleanly, and the structure-aware mutators produce inputs the targets survive
+  (no atheris needed).
+- A smoke run of each target under atheris, a few hundred inputs in seconds; skipped when atheris
+  is not installed. ``pytest -m slow`` runs 20,000 inputs per parser; the long run is
+  ``python -m fuzz.run --parser P --runs 1000000`` (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuzz import mutators, targets
+from fuzz.run import CORPUS, CRASHERS, PARSERS, replay
+from weightstore import formats
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _crashers() -> list[tuple[str, Path]]:
+    return [
+        (parser, path)
+        for parser in PARSERS
+        for path in sorted((CRASHERS / parser).glob("*"))
+        if path.is_file() and path.suffix != ".txt" and not path.name.startswith(".")
+    ]
+
+
+def _seeds(parser: str) -> list[Path]:
+    return sorted((CORPUS / parser).glob("seed-*"))
+
+
+# -- crasher regressions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parser", "path"), _crashers(), ids=[f"{p}/{c.name}" for p, c in _crashers()]
+)
+def test_crasher_raises_only_typed_errors(parser: str, path: Path) -> None:
+    # In a subprocess under the fuzzer's limits (5 s of CPU, 4 GiB of address space): some
+    # inputs fail only there (a MemoryError from an allocation the file dictates), and a hang or
+    # a fatal signal must fail this test, not end the session.
+    problem = replay(parser, path)
+    assert problem is None, f"{parser}/{path.name}: {problem}"
+
+
+# -- seeds and mutators ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
+    seeds = _seeds(parser)
+    assert seeds, f"no seeds in {CORPUS / parser}; run python -m fuzz.seeds"
+    assert sum(p.stat().st_size for p in seeds) < 200_000  # the corpus stays small
+    for path in seeds:
+        assert formats.detect_format(path).name == parser, path.name
+        with formats.open_reader(path) as reader:
+            for name in reader.names():
+                reader.get(name)
+        targets.check(parser, path.read_bytes(), thorough=True)
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_structured_mutations_change_and_reparse(parser: str) -> None:
+    mutate = mutators.MUTATORS[parser]
+    for path in _seeds(parser):
+        data = path.read_bytes()
+        outputs = [mutate(data, random.Random(seed)) for seed in range(20)]
+        changed = [out for out in outputs if out is not None and out != data]
+        assert len(changed) >= 10, path.name  # the format-aware path, not the byte fallback
+        assert outputs == [mutate(data, random.Random(seed)) for seed in range(20)]  # seeded
+
+
+def test_mutators_decline_what_is_not_their_format() -> None:
+    rng = random.Random(0)
+    assert mutators.mutate_burnpack(b"NRUB", rng) is None
+    assert mutators.mutate_safetensors(b"\x02\x00\x00\x00\x00\x00\x00\x00{x", rng) is None
+    assert mutators.mutate_pytorch(b"\xff\xff", rng) is None
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_mutated_inputs_raise_only_typed_errors(parser: str) -> None:
+    """The fuzz loop without atheris: 60 structured mutants per parser through the target."""
+    rng = random.Random(f"ci-{parser}")
+    corpus = [p.read_bytes() for p in _seeds(parser)]
+    for _ in range(60):
+        data = rng.choice(corpus)
+        for _ in range(rng.randrange(1, 4)):
+            data = mutators.MUTATORS[parser](data, rng) or data
+        try:
+            targets.check(parser, data)
+        except targets.Finding as finding:
+            pytest.fail(f"{finding}; input {data[:64]!r}... ({len(data):,} bytes)")
+
+
+def test_a_foreign_exception_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(path: str) -> None:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setitem(targets._READERS, "safetensors", broken)
+    with pytest.raises(targets.Finding) as caught:
+        targets.check("safetensors", b"")
+    assert caught.value.kind == "ZeroDivisionError"
+
+
+def test_a_dead_worker_log_gives_its_count_cause_and_place(tmp_path: Path) -> None:
+    from fuzz.run import _outcome
+
+    log = tmp_path / "job-0.log"
+    log.write_bytes(
+        b"old run\nstat::number_of_executed_units: 5\n"
+        b" === Timeout: 11s elapsed, timeout=10s ===\n"
+        b'  File "/x/src/weightstore/pytorch_reader/_walk.py", line 107 in walk\n'
+        b'  File "/x/src/weightstore/pytorch_reader/_walk.py", line 118 in walk\n'
+        b"==1== ERROR: libFuzzer: timeout after 11 seconds\n"
+        b"artifact_prefix='c/'; Test unit written to c/timeout-abc\n"
+    )
+    outcome = _outcome(log, offset=len(b"old run\nstat::number_of_executed_units: 5\n"))
+    assert outcome.executed == 0  # died before its final stats; the earlier run's don't count
+    assert outcome.death == "timeout"
+    assert outcome.where == "pytorch_reader/_walk.py:107 (walk)"
+    assert outcome.artifact == Path("c/timeout-abc")
+
+
+# -- atheris ---------------------------------------------------------------------------------------
+
+
+def _fuzz(parser: str, runs: int, tmp_path: Path) -> dict[str, object]:
+    pytest.importorskip("atheris", reason="atheris is not installed (the dev extra, Linux)")
+    command = [
+        sys.executable, "-m", "fuzz.run", "--parser", parser, "--runs", str(runs),
+        "--workdir", str(tmp_path / "work"), "--crashers", str(tmp_path / "crashers"),
+        "-seed=1",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary: dict[str, object] = json.loads(done.stdout)
+    saved = sorted(p.name for p in (tmp_path / "crashers").glob("*") if p.suffix != ".txt")
+    assert summary["inputs"] >= runs  # type: ignore[operator]
+    assert summary["foreign_exceptions"] == 0, (
+        f"{summary['signatures']}; inputs kept in {tmp_path / 'crashers'}: {saved}; "
+        "copy them to fuzz/crashers/<parser>/ to make them regression tests"
+    )
+    assert summary["worker_deaths"] == {}, saved
+    return summary
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_smoke_fuzz(parser: str, tmp_path: Path) -> None:
+    _fuzz(parser, 300, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parser", PARSERS)
+def test_longer_fuzz(parser: str, tmp_path: Path) -> None:
+    _fuzz(parser, 20_000, tmp_path)
+
+
+# -- docs/security.md --------------------------------------------------------------------------
+
+
+LIMIT_MODULES = (
+    "weightstore.burnpack._layout",
+    "weightstore.safetensors._layout",
+    "weightstore.pytorch_reader._layout",
+    "weightstore._reader_base",
+)
+
+
+def _spellings(value: int) -> set[str]:
+    """How the page may write `value`: with thousands separators, or as 2^k (- 1)."""
+    forms = {f"{value:,}"}
+    for exponent in range(1, 65):
+        if value == 2**exponent:
+            forms.add(f"2^{exponent}")
+        if value == 2**exponent - 1:
+            forms.add(f"2^{exponent} - 1")
+    return forms
+
+
+def test_security_page_lists_every_limit() -> None:
+    import importlib
+
+    page = (REPO / "docs" / "security.md").read_text()
+    for module_name in LIMIT_MODULES:
+        module = importlib.import_module(module_name)
+        for name, value in vars(module).items():
+            if not name.startswith("MAX_") or type(value) is not int:
+                continue
+            at = page.find(f"`{name}`")
+            assert at >= 0, f"docs/security.md does not name {module_name}.{name}"
+            nearby = page[at : at + 160]
+            assert any(form in nearby for form in _spellings(value)), (
+                f"docs/security.md shows {name} without its value {value:,}"
+            )
