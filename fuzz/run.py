@@ -30,11 +30,13 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any, Final
 
 FUZZ_DIR: Final = Path(__file__).resolve().parent
@@ -179,10 +181,16 @@ def replay(parser: str, path: Path, cpu_s: int = REPLAY_CPU_S, wall_s: float = 3
         sys.executable, "-m", "fuzz.run", "--parser", parser, "--replay", str(path),
         "--replay-cpu", str(cpu_s),
     ]  # fmt: skip
-    try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=wall_s)
-    except subprocess.TimeoutExpired:
-        return f"still running after {wall_s:.0f} s of wall time"
+    with subprocess.Popen(command, cwd=REPO, stdout=PIPE, stderr=PIPE, text=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=wall_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return f"still running after {wall_s:.0f} s of wall time"
+        finally:
+            _remove_scratch(process.pid)  # a process killed for its CPU time leaves its file
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if done.returncode == -signal.SIGXCPU or done.returncode == -signal.SIGKILL:
         return f"over {cpu_s} s of CPU time"
     if done.returncode != 0:
@@ -304,6 +312,14 @@ def _terminate_on_signal(running: dict[int, Any]) -> None:
     signal.signal(signal.SIGINT, stop)
 
 
+def _remove_scratch(pid: int) -> None:
+    from fuzz.targets import scratch_prefix
+
+    for folder in {Path("/dev/shm"), Path(tempfile.gettempdir())}:
+        for path in folder.glob(scratch_prefix(pid) + "*"):
+            path.unlink(missing_ok=True)
+
+
 @dataclass(slots=True)
 class _Tally:
     """What the workers of one supervised run have reported so far."""
@@ -320,6 +336,7 @@ class _Tally:
         process, stats, log, offset = worker
         state = _read_stats(stats)
         stats.unlink(missing_ok=True)
+        _remove_scratch(process.pid)
         # The worker's own count lags by up to STATS_EVERY_S; libFuzzer's final one is exact.
         outcome = _outcome(log, offset)
         inputs = max(int(state["inputs"]), outcome.executed)

@@ -28,7 +28,15 @@ from weightstore.burnpack import BurnpackReader
 from weightstore.errors import WeightstoreError
 from weightstore.safetensors import SafetensorsReader
 
-__all__ = ["PARSERS", "Finding", "check", "exercise", "scratch_path", "signature"]
+__all__ = [
+    "PARSERS",
+    "Finding",
+    "check",
+    "exercise",
+    "scratch_path",
+    "scratch_prefix",
+    "signature",
+]
 
 PARSERS: Final = ("burnpack", "safetensors", "pytorch")
 SUFFIX: Final = {"burnpack": ".bpk", "safetensors": ".safetensors", "pytorch": ".pt"}
@@ -60,13 +68,19 @@ def scratch_path(parser: str) -> str:
         # /dev/shm where there is one: truncating a file on disk costs more than reading it.
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
         fd, scratch.path = tempfile.mkstemp(
-            prefix=f"weightstore-fuzz-{parser}-", suffix=SUFFIX[parser], dir=folder
+            prefix=f"{scratch_prefix()}{parser}-", suffix=SUFFIX[parser], dir=folder
         )
         os.close(fd)
         import atexit
 
         atexit.register(_remove, scratch.path)
     return scratch.path
+
+
+def scratch_prefix(pid: int | None = None) -> str:
+    """How the scratch files of process `pid` (default: this one) start. libFuzzer ends its
+    process with exit(), so atexit never runs in a fuzz worker; its supervisor removes them."""
+    return f"weightstore-fuzz-{os.getpid() if pid is None else pid}-"
 
 
 def _remove(path: str) -> None:

@@ -84,6 +84,12 @@ COUNT: Final = struct.Struct("<q")  # the u64 numel before each legacy/tar stora
 COUNT_BE: Final = struct.Struct(">q")
 ZIP_LOCAL_HEADER: Final = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
 ZIP_LOCAL_HEADER_SIZE: Final = 30
+# An LZMA member starts with a 4-byte zip header, then the 5-byte LZMA properties: a coding byte
+# and the dictionary size (u32). The decompressor allocates that dictionary before inflating a
+# byte, so a 1-byte record could reserve 4 GiB; 64 MiB is the largest xz/LZMA preset (-9).
+# torch never writes LZMA members.
+LZMA_PROPERTIES: Final = struct.Struct("<2xHBI")  # properties size, coding byte, dictionary size
+MAX_LZMA_DICTIONARY_SIZE: Final = 2**26
 TAR_TENSOR_NDIM: Final = struct.Struct("<i4x")  # ndim, then 4 bytes once part of an i64 ndim
 
 # -- limits ------------------------------------------------------------------------------------

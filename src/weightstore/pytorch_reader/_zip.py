@@ -28,6 +28,8 @@ from weightstore.pytorch_reader._layout import (
     BYTEORDER_RECORD,
     DATA_PKL,
     FORMAT_VERSION_RECORD,
+    LZMA_PROPERTIES,
+    MAX_LZMA_DICTIONARY_SIZE,
     SERIALIZATION_ID_RECORD,
     STORAGE_FOLDER,
     TORCH_PACKAGE_MARKER,
@@ -44,7 +46,7 @@ from weightstore.pytorch_reader._rebuild import storage_from_pid
 from weightstore.pytorch_reader._tensors import StorageSource
 from weightstore.pytorch_reader._torchscript import is_torchscript, module_state
 
-__all__ = ["ZipStorages", "load_zip"]
+__all__ = ["ZipStorages", "load_zip", "payload_offset", "validate_lzma_dictionary"]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
 _SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
@@ -85,7 +87,7 @@ def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> L
     path = source.name
     names = {info.filename: info for info in archive.infolist()}
     prefix = _zip_prefix(list(names), path)
-    records = _ZipRecords(archive, names, prefix, path)
+    records = _ZipRecords(source, archive, names, prefix, path)
     byte_order = records.text(BYTEORDER_RECORD) or "little"
     if byte_order not in ("little", "big"):
         raise ArchiveError(
@@ -157,14 +159,21 @@ class _ZipRecords:
     """The archive's small records, read through zipfile (so CRCs are checked)."""
 
     def __init__(
-        self, archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], prefix: str, path: str
+        self,
+        source: MmapSource,
+        archive: zipfile.ZipFile,
+        names: dict[str, zipfile.ZipInfo],
+        prefix: str,
+        path: str,
     ) -> None:
-        self._archive, self._names, self._prefix, self._path = archive, names, prefix, path
+        self._source, self._archive, self._names = source, archive, names
+        self._prefix, self._path = prefix, path
 
     def read(self, name: str, limit: int) -> bytes:
         info = self._names[self._prefix + name]
         if info.file_size > limit:
             raise LimitExceeded(f"size of {info.filename}", info.file_size, limit, path=self._path)
+        validate_lzma_dictionary(self._source, info, self._path)
         try:
             return self._archive.read(info)
         except _ZIP_ERRORS as err:
@@ -251,17 +260,10 @@ class ZipStorages(StorageSource):
         return memoryview(self._inflate(info))
 
     def _payload_offset(self, info: zipfile.ZipInfo) -> int:
-        header = self._source.read(
-            info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
-        )
-        signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(header)
-        if signature != ZIP_MAGIC:
-            raise ArchiveError(
-                "local header has a bad signature", entry=info.filename, path=self.path
-            )
-        return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
+        return payload_offset(self._source, info, self.path)
 
     def _inflate(self, info: zipfile.ZipInfo) -> bytearray:
+        validate_lzma_dictionary(self._source, info, self.path)
         buffer = bytearray(info.file_size)
         try:
             with self._archive.open(info) as entry:
@@ -276,3 +278,35 @@ class ZipStorages(StorageSource):
         except _ZIP_ERRORS as err:
             raise ArchiveError(clip(str(err)), entry=info.filename, path=self.path) from err
         return buffer
+
+
+def payload_offset(source: MmapSource, info: zipfile.ZipInfo, path: str | None) -> int:
+    """Where an entry's (compressed) bytes start: after its local header, name and extra."""
+    header = source.read(
+        info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
+    )
+    signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(header)
+    if signature != ZIP_MAGIC:
+        raise ArchiveError("local header has a bad signature", entry=info.filename, path=path)
+    return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
+
+
+def validate_lzma_dictionary(
+    source: MmapSource, info: zipfile.ZipInfo, path: str | None
+) -> None:
+    """Refuse an LZMA entry whose declared dictionary is over `MAX_LZMA_DICTIONARY_SIZE`,
+    before the decompressor allocates it (it would, even for a 1-byte entry)."""
+    if info.compress_type != zipfile.ZIP_LZMA:
+        return
+    start = payload_offset(source, info, path)
+    properties = source.read(
+        start, LZMA_PROPERTIES.size, f"LZMA properties of {info.filename}", None
+    )
+    _, _, dictionary_size = LZMA_PROPERTIES.unpack(properties)
+    if dictionary_size > MAX_LZMA_DICTIONARY_SIZE:  # no LZMA preset uses more: damaged
+        raise ArchiveError(
+            f"the LZMA dictionary is {dictionary_size:,} bytes, over the "
+            f"{MAX_LZMA_DICTIONARY_SIZE:,} any LZMA preset uses; the entry is damaged or hostile",
+            entry=info.filename,
+            path=path,
+        )
