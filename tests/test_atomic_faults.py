@@ -40,6 +40,7 @@ CHILD = textwrap.dedent(
     import errno, os, sys, time
     target, scratch, overwrite, fill = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
     chunk_size, chunk_count, pause = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
+    durable = sys.argv[8] == "1"
     if scratch == "named":
         plain_open, tmpfile = os.open, getattr(os, "O_TMPFILE", -1)
 
@@ -65,7 +66,7 @@ CHILD = textwrap.dedent(
             print(index, flush=True)
         print("written", flush=True)
 
-    write_atomic(target, write, overwrite=overwrite)
+    write_atomic(target, write, overwrite=overwrite, durable=durable)
     print("done", flush=True)
     """
 )
@@ -75,11 +76,19 @@ def _new_contents(fill: str) -> bytes:
     return fill.encode() * CHUNK_SIZE * CHUNK_COUNT
 
 
-def _run_child(target: Path, scratch: str, overwrite: bool, fill: str, kill_at: str | None) -> None:
+def _run_child(
+    target: Path,
+    scratch: str,
+    overwrite: bool,
+    fill: str,
+    kill_at: str | None,
+    durable: bool = True,
+) -> None:
     """Save in a child; SIGKILL it once it prints `kill_at` (or let it finish when None)."""
     pause = "1" if kill_at == "publish" else "0"
     sizes = [str(CHUNK_SIZE), str(CHUNK_COUNT)]
-    args = [str(target), scratch, "1" if overwrite else "0", fill, *sizes, pause]
+    flags = ["1" if overwrite else "0", fill, *sizes, pause, "1" if durable else "0"]
+    args = [str(target), scratch, *flags]
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, *args],
         stdout=subprocess.PIPE,

@@ -80,3 +80,35 @@ def test_quick_run_prints_every_row(tmp_path: Path) -> None:
     names = {row["name"] for row in document["rows"]}
     assert set(EXPECTED_ROWS) <= names
     assert all(row["ratio"] != "?" for row in document["rows"])
+
+
+PATHS_SCRIPT = SCRIPT.parent / "bench_paths.py"
+PATHS_ROWS = [
+    "import", "import-load", "load", "meta", "pt", "small", "inspect", "save-nofsync",
+    "save-fsync", "cold", "burnpack", "convert",
+]  # fmt: skip
+
+
+def test_paths_quick_run_reports_every_issue_row(tmp_path: Path) -> None:
+    # Each call is a fresh process importing torch: 1-2 minutes on a 2-core machine.
+    out = tmp_path / "paths.json"
+    done = subprocess.run(
+        [sys.executable, str(PATHS_SCRIPT), "--quick", "--json", str(out), "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["key"] for row in rows] == PATHS_ROWS
+    assert [row["number"] for row in rows] == list(range(1, 13))
+    for row in rows:
+        if row.get("skipped"):  # only the cold row may be, where eviction does not work
+            assert row["key"] == "cold", row
+            continue
+        assert row["ours"]["median_s"] > 0 and row["peer"]["median_s"] > 0, row
+        assert row["ratio"] > 0, row
+        assert f"| {row['title']} |" in done.stdout
+    rss = rows[-1]["peak_rss_bytes"]
+    assert rss["ours"] > 0 and rss["peer"] > 0 and rss["largest_tensor"] == 4 * 1000 * 64

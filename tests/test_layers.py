@@ -89,11 +89,15 @@ class StandsAlone:
 STANDS_ALONE: dict[str, StandsAlone] = {
     # A reader of untrusted pickles that can be read, fuzzed or lifted out on its own.
     "weightstore.pytorch_reader": StandsAlone(
-        frozenset({
-            "weightstore.dtypes", "weightstore.errors", "weightstore._bytesource",
-            "weightstore._format",  # the FORMAT record type: a dataclass, no behaviour
-            "weightstore._render",  # bounded_repr: standard library only
-        }),
+        frozenset(
+            {
+                "weightstore.dtypes",
+                "weightstore.errors",
+                "weightstore._bytesource",
+                "weightstore._format",  # the FORMAT record type: a dataclass, no behaviour
+                "weightstore._render",  # bounded_repr: standard library only
+            }
+        ),
         frozenset({"numpy"}),
     ),
     # Path strings only: stores and model bridges share it, whatever they hold.

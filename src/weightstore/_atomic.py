@@ -15,10 +15,14 @@ The bytes are held in one of two ways until they are complete:
   name removes the scratch files of writers that are gone (`_remove_stale_scratch`).
 
 Either way the file is fsynced before it is named and the directory after, so the name survives
-power loss; on any failure an existing destination keeps its old bytes and no scratch file
-remains. An `OSError` of the destination's own I/O (disk full, file-size limit, read-only
-filesystem, missing directory) becomes `SaveFailedError` naming the destination; whatever the
-`write` callback raises for its own reasons (a source file that cannot be read) passes through.
+power loss. With ``durable=False`` both fsyncs are skipped, for callers who can rewrite the file
+after a power loss: the save stays atomic against a crash of the process (readers see the old
+file or the whole new one), but after a power loss or kernel crash the new name may hold a file
+whose bytes never reached the disk. On any failure an existing destination keeps its old bytes
+and no scratch file remains. An `OSError` of the destination's own I/O (disk full, file-size
+limit, read-only filesystem, missing directory) becomes `SaveFailedError` naming the
+destination; whatever the `write` callback raises for its own reasons (a source file that
+cannot be read) passes through.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ def write_atomic(
     write: Callable[[BinaryIO], None],
     *,
     overwrite: bool = False,
+    durable: bool = True,
 ) -> str:
     """Run `write` on a scratch file, then give it the destination's name in one step.
 
@@ -117,6 +122,8 @@ def write_atomic(
         destination: the final path.
         write: fills the open binary file; any exception it raises aborts the save.
         overwrite: replace an existing file; otherwise `DestinationExistsError`.
+        durable: fsync the file before naming it and its directory after, so the save
+            survives power loss; false skips both and keeps only the atomicity.
 
     Returns:
         The destination path as a string.
@@ -139,9 +146,11 @@ def write_atomic(
         with _DestinationFile(scratch.fd, target) as file:
             write(file)
         with _save_errors(target):
-            os.fsync(scratch.fd)
+            if durable:
+                os.fsync(scratch.fd)
             _publish(scratch, target, overwrite)
-        _fsync_directory(scratch, target)
+        if durable:
+            _fsync_directory(scratch, target)
     finally:
         _discard(scratch)
     return target

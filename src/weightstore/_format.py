@@ -40,8 +40,7 @@ LOAD_OPTIONS: Final = frozenset({
     "map_indices_contiguous", "map_indices_except",
 })  # fmt: skip
 # Store options that only make sense for a format weightstore can write.
-SAVE_OPTIONS: Final = frozenset({"to_adapter", "overwrite", "metadata", "dedupe_tied"})
-
+SAVE_OPTIONS: Final = frozenset({"to_adapter", "overwrite", "metadata", "dedupe_tied", "durable"})
 
 
 class TensorInfo(Protocol):

@@ -57,8 +57,16 @@ class ContainerWriter(ABC):
         self.write_into(buffer)
         return bytes(buffer)
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+    def save(
+        self, path: str | os.PathLike[str], *, overwrite: bool = False, durable: bool = True
+    ) -> str:
         """Write atomically to `path`: the file appears whole or not at all.
+
+        Args:
+            path: the destination.
+            overwrite: replace an existing file (atomically).
+            durable: fsync the file and its directory so the save survives power loss; false
+                keeps the atomic rename but skips the fsyncs (`_atomic`).
 
         Returns:
             The path written.
@@ -66,4 +74,4 @@ class ContainerWriter(ABC):
         Raises:
             DestinationExistsError: the file exists and `overwrite` is false.
         """
-        return write_atomic(path, self.write_to, overwrite=overwrite)
+        return write_atomic(path, self.write_to, overwrite=overwrite, durable=durable)

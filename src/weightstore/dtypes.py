@@ -10,16 +10,18 @@ torch is never imported here: torch dtypes are named by their attribute on the `
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
-
-import ml_dtypes
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.errors import DTypeError
+
+if TYPE_CHECKING:
+    import ml_dtypes
+    import numpy as np
 
 __all__ = [
     "ALL_DTYPES",
@@ -32,9 +34,43 @@ __all__ = [
     "from_safetensors",
     "from_torch",
     "from_torch_storage",
+    "import_on_first_use",
     "to_burnpack",
     "to_safetensors",
 ]
+
+
+class _ModuleOnFirstUse:
+    """A heavy module's stand-in in one module's globals: the first attribute read imports
+    the module and puts it in the stand-in's place, so later reads are a plain global."""
+
+    __slots__ = ("_alias", "_name", "_namespace")
+
+    def __init__(self, name: str, namespace: dict[str, Any], alias: str) -> None:
+        self._name, self._namespace, self._alias = name, namespace, alias
+
+    def __getattr__(self, attribute: str) -> Any:
+        module = importlib.import_module(self._name)
+        self._namespace[self._alias] = module
+        return getattr(module, attribute)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}, imported on first use>"
+
+
+def import_on_first_use(name: str, namespace: dict[str, Any], alias: str) -> Any:
+    """Bind `alias` in `namespace` (a module's ``globals()``) to module `name`, imported when
+    first used: ``import weightstore`` and header-only work never pay for NumPy or ml_dtypes.
+
+    Use it as ``np = import_on_first_use("numpy", globals(), "np")`` beside an
+    ``if TYPE_CHECKING: import numpy as np`` for the type checker.
+    """
+    return _ModuleOnFirstUse(name, namespace, alias)
+
+
+if not TYPE_CHECKING:
+    np = import_on_first_use("numpy", globals(), "np")
+    ml_dtypes = import_on_first_use("ml_dtypes", globals(), "ml_dtypes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +86,30 @@ class DType:
         burnpack: burnpack CBOR value (``"F32"`` or ``{"Bool": "Native"}``), or ``None``.
         safetensors: SafeTensors header name, or ``None``.
         torch: attribute name on the ``torch`` module, or ``None``.
+        numpy_spec: where `numpy` comes from (``"<f4"``, ``"ml_dtypes.bfloat16"``), or ``None``.
     """
 
     name: str
     bits: int
     kind: str
-    numpy: np.dtype[Any] | None
     burnpack: str | Mapping[str, str] | None
     safetensors: str | None
     torch: str | None
+    numpy_spec: str | None = field(repr=False, compare=False)
+    # Resolved from `numpy_spec` on first read (`__getattr__` fills the empty slot), so the
+    # table costs no NumPy import; from then on it is a plain slot read.
+    numpy: np.dtype[Any] | None = field(init=False, repr=False, compare=False)
+
+    if not TYPE_CHECKING:  # hidden from the type checker, which would allow any attribute
+
+        def __getattr__(self, attribute: str) -> Any:
+            if attribute != "numpy":
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {attribute!r}"
+                )
+            resolved = _numpy_dtype(self.numpy_spec)
+            object.__setattr__(self, "numpy", resolved)
+            return resolved
 
     @property
     def itemsize(self) -> int:
@@ -90,26 +141,39 @@ class DType:
         return f"DType({self.name})"
 
 
-def _np(name: str) -> np.dtype[Any]:
-    little: np.dtype[Any] = np.dtype(name).newbyteorder("<")
-    return little
+_ML_DTYPES_PREFIX: Final = "ml_dtypes."
 
 
-def _ml(name: str) -> np.dtype[Any] | None:
-    scalar: type | None = getattr(ml_dtypes, name, None)
-    return None if scalar is None else np.dtype(scalar)
+def _np(name: str) -> str:
+    """A NumPy type code, little-endian as every format stores it."""
+    return f"<{name}"
+
+
+def _ml(name: str) -> str:
+    """A scalar type of ml_dtypes (bfloat16, float8 variants); older releases lack some."""
+    return f"{_ML_DTYPES_PREFIX}{name}"
+
+
+def _numpy_dtype(spec: str | None) -> np.dtype[Any] | None:
+    """The NumPy dtype a row's `numpy_spec` names, or None (none, or ml_dtypes lacks it)."""
+    if spec is None:
+        return None
+    if spec.startswith(_ML_DTYPES_PREFIX):
+        scalar: type | None = getattr(ml_dtypes, spec.removeprefix(_ML_DTYPES_PREFIX), None)
+        return None if scalar is None else np.dtype(scalar)
+    return np.dtype(spec)
 
 
 def _row(
     name: str,
     bits: int,
     kind: str,
-    numpy: np.dtype[Any] | None,
+    numpy: str | None,
     burnpack: str | Mapping[str, str] | None,
     safetensors: str | None,
     torch: str | None,
 ) -> DType:
-    return DType(name, bits, kind, numpy, burnpack, safetensors, torch)
+    return DType(name, bits, kind, burnpack, safetensors, torch, numpy)
 
 
 # fmt: off
@@ -129,7 +193,7 @@ ALL_DTYPES: Final[tuple[DType, ...]] = (
     _row("U32",        32, "u", _np("u4"),              "U32",                 "U32",       "uint32"),
     _row("U16",        16, "u", _np("u2"),              "U16",                 "U16",       "uint16"),
     _row("U8",          8, "u", _np("u1"),              "U8",                  "U8",        "uint8"),
-    _row("BOOL",        8, "b", np.dtype(np.bool_),     {"Bool": "Native"},    "BOOL",      "bool"),
+    _row("BOOL",        8, "b", _np("?"),               {"Bool": "Native"},    "BOOL",      "bool"),
     # Burn can also store bools as u8 or u32 words; NumPy sees the words, nonzero is true.
     _row("BOOL_U8",     8, "b", _np("u1"),              {"Bool": "U8"},        None,        None),
     _row("BOOL_U32",   32, "b", _np("u4"),              {"Bool": "U32"},       None,        None),
@@ -157,11 +221,19 @@ _BY_BURNPACK_BOOL: Final = {
 }
 _BY_TORCH: Final = {d.torch: d for d in ALL_DTYPES if d.torch}
 # NumPy lookups prefer the first row holding a NumPy dtype: F32 before FLEX32, BOOL before words.
-_BY_NUMPY: Final = {
-    d.numpy: d
-    for d in reversed(ALL_DTYPES)
-    if d.numpy is not None and (d.kind != "b" or d.name == "BOOL")
-}
+# Filled on the first `from_numpy`, since its keys are NumPy dtypes.
+_BY_NUMPY: Final[dict[np.dtype[Any], DType]] = {}
+
+
+def _fill_numpy_index() -> dict[np.dtype[Any], DType]:
+    _BY_NUMPY.update(
+        (d.numpy, d)
+        for d in reversed(ALL_DTYPES)
+        if d.numpy is not None and (d.kind != "b" or d.name == "BOOL")
+    )
+    return _BY_NUMPY
+
+
 # fmt: off
 TORCH_STORAGE_CLASSES: Final[Mapping[str, str]] = MappingProxyType({
     "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
@@ -217,7 +289,7 @@ def from_numpy(dtype: np.dtype[Any] | type) -> DType:
     if key.byteorder == ">":
         key = key.newbyteorder("<")
     try:
-        return _BY_NUMPY[key]
+        return (_BY_NUMPY or _fill_numpy_index())[key]
     except KeyError:
         raise DTypeError(f"NumPy dtype {key} has no weightstore equivalent") from None
 

@@ -354,9 +354,12 @@ def _prepare(
         snapshot = adapter.adapt_for_load(seen, target.dtype)
     if snapshot.shape != target.shape:
         return ApplyError.shape_mismatch(target.path, target.shape, snapshot.shape)
-    if dtype_policy == "exact" and not can_cast_exactly(snapshot.dtype, target.dtype):
+    # Table rows are shared objects, so `is` settles the usual case without the dataclass's
+    # field-by-field comparison.
+    same = snapshot.dtype is target.dtype or snapshot.dtype == target.dtype
+    if dtype_policy == "exact" and not same and not can_cast_exactly(snapshot.dtype, target.dtype):
         return ApplyError.dtype_mismatch(target.path, target.dtype.name, snapshot.dtype.name)
-    if snapshot.dtype == target.dtype or dtype_policy == "from_record":
+    if same or dtype_policy == "from_record":
         return PendingTensor(snapshot.to_numpy, snapshot.dtype, param_id)
     return PendingTensor(
         functools.partial(_read_as, snapshot, target.dtype), target.dtype, param_id

@@ -261,3 +261,29 @@ def test_convert_holds_one_tensor_at_a_time(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert peak < 6 * 2**20, f"peak {peak:,} bytes"
     assert read_weights(tmp_path / "half.bpk")["layer.15.weight"][0, 0] == 15
+
+
+def test_a_checkpoint_converts_releasing_each_tensor_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mapped pages of a tensor already written leave the process's resident memory, so a
+    # checkpoint larger than memory converts holding about one tensor (`_streaming_reader`).
+    torch = pytest.importorskip("torch")
+    from weightstore.pytorch_reader import PytorchReader
+
+    state = {f"layer.{i}.weight": torch.full((64, 64), float(i)) for i in range(4)}
+    torch.save(state, tmp_path / "model.pt")
+    released: list[str] = []
+    original = PytorchReader.release
+
+    def record(reader: PytorchReader, name: str) -> None:
+        released.append(name)
+        original(reader, name)
+
+    monkeypatch.setattr(PytorchReader, "release", record)
+    assert main(["convert", str(tmp_path / "model.pt"), str(tmp_path / "m.safetensors")]) == 0
+    assert len(released) == len(set(released)) == len(state) - 1  # each once, but the last
+    assert set(released) < set(state)
+    written = read_weights(tmp_path / "m.safetensors")
+    for name, tensor in state.items():
+        np.testing.assert_array_equal(written[name], tensor.numpy())

@@ -39,7 +39,6 @@ import functools
 import re
 import secrets
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -73,11 +72,9 @@ __all__ = [
 PARAM_ID_ATTRIBUTE: Final = "_weightstore_param_id"
 TORCH_FRAMEWORK: Final = "pt"  # SafeTensors' ``format`` metadata for torch tensors
 
-# How torch 2.13's _load_from_state_dict names the key in its own error messages.
-_KEY_IN_MESSAGE: Final = (
-    re.compile(r'parameter named "(.+?)"'),
-    re.compile(r"size mismatch for (\S+): "),
-)
+# How torch 2.13's _load_from_state_dict names the key in its own error messages; `re` compiles
+# (and caches) them when first needed, so only a load with errors pays.
+_KEY_IN_MESSAGE: Final = (r'parameter named "(.+?)"', r"size mismatch for (\S+): ")
 
 # torch's own loaders we know line by line, by the function that implements them: the leaves
 # each fills with a value of its own when the source lacks them, and the leaves it removes from
@@ -118,12 +115,27 @@ def array_to_torch(array: np.ndarray[Any, Any], dtype: DType) -> torch.Tensor:
     """A CPU tensor sharing `array`'s memory (copied first only if not C-contiguous)."""
     if dtype.torch is None:
         raise DTypeError(f"dtype {dtype.name} has no torch form")
-    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    with warnings.catch_warnings():
+    if array.flags.writeable:  # the usual case (a copy-on-write mapping): no warning to hide
+        return _sharing_tensor(array, dtype)
+    with warnings.catch_warnings():  # costs more than the conversion; only for read-only data
         # Read-only sources are only ever copied from, never written through.
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        tensor = torch.from_numpy(flat)
-    return tensor.view(getattr(torch, dtype.torch)).reshape(array.shape)
+        return _sharing_tensor(array, dtype)
+
+
+# Dtypes whose arrays `torch.from_numpy` takes as they are. The rest (bf16 and fp8, which
+# NumPy knows only through ml_dtypes) are viewed as bytes and reinterpreted by torch.
+_FROM_NUMPY_AS_IS: Final = frozenset(
+    {"F64", "F32", "F16", "I64", "I32", "I16", "I8", "U8", "BOOL", "C64", "C128"}
+)
+
+
+def _sharing_tensor(array: np.ndarray[Any, Any], dtype: DType) -> torch.Tensor:
+    """`array_to_torch` without its checks: one `from_numpy` where torch takes the dtype."""
+    if dtype.name in _FROM_NUMPY_AS_IS and array.dtype == dtype.numpy and array.flags.c_contiguous:
+        return torch.from_numpy(array)  # a fifth of the cost of the byte view below
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return torch.from_numpy(flat).view(getattr(torch, str(dtype.torch))).reshape(array.shape)
 
 
 def tensor_snapshot(name: str, tensor: torch.Tensor) -> TensorSnapshot:
@@ -144,13 +156,25 @@ def tensor_key(tensor: torch.Tensor) -> tuple[object, ...]:
     return (tensor.device, address, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
 
 
-def _container(model: torch.nn.Module, owner_path: str) -> tuple[str, ...]:
-    names = [type(model).__name__]
-    module = model
-    for part in owner_path.split(".") if owner_path else ():
-        module = module.get_submodule(part)
-        names.append(type(module).__name__)
-    return tuple(names)
+class _Containers:
+    """The module type names from the root to each owner path (``"Net", "Linear"``), each
+    module found once, from its parent's entry: a deep model's paths share their prefixes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        root: tuple[str, ...] = (type(model).__name__,)
+        self._known = {"": (model, root)}
+
+    def __call__(self, owner_path: str) -> tuple[str, ...]:
+        return self._entry(owner_path)[1]
+
+    def _entry(self, path: str) -> tuple[torch.nn.Module, tuple[str, ...]]:
+        entry = self._known.get(path)
+        if entry is None:
+            parent_path, _, name = path.rpartition(".")
+            parent, types = self._entry(parent_path)
+            module = parent.get_submodule(name)
+            entry = self._known[path] = (module, (*types, type(module).__name__))
+        return entry
 
 
 def _local_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -166,6 +190,24 @@ def _local_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _copy_source(array: np.ndarray[Any, Any]) -> torch.Tensor:
     """A CPU tensor viewing `array`, for torch's ``copy_`` (which only reads it)."""
+    return _tensor_of(array)
+
+
+@functools.cache
+def _numpy_as_is() -> frozenset[np.dtype[Any]]:
+    """The NumPy dtypes of `_FROM_NUMPY_AS_IS`, in this machine's byte order."""
+    names = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool",
+             "complex64", "complex128")  # fmt: skip
+    return frozenset(np.dtype(name) for name in names)
+
+
+def _tensor_of(array: np.ndarray[Any, Any]) -> torch.Tensor:
+    """``array_to_torch(array, from_numpy(array.dtype))``, with no table lookup where torch
+    takes the array as it is: `from_numpy`'s first call indexes every dtype, importing
+    ml_dtypes, a third of a first load into a meta model."""
+    flags = array.flags
+    if flags.writeable and flags.c_contiguous and array.dtype in _numpy_as_is():
+        return torch.from_numpy(array)
     return array_to_torch(array, from_numpy(array.dtype))
 
 
@@ -173,23 +215,27 @@ def _key_of(message: str, local_keys: list[str], fallback: str) -> str:
     """The path a torch error message is about: the key torch's own format names, else the
     longest of the module's keys the message mentions, else `fallback` (the module)."""
     for pattern in _KEY_IN_MESSAGE:
-        found = pattern.search(message)
+        found = re.search(pattern, message)
         if found:
             return found.group(1)
     mentioned = [key for key in local_keys if key in message]
     return max(mentioned, key=len) if mentioned else fallback
 
 
-@dataclass(slots=True)
 class _Run:
-    """One load's state across the module walk: torch's three lists, and our findings."""
+    """One load's state across the module walk: torch's three lists, and our findings.
 
-    plan: LoadPlan
-    ledger: Ledger
-    missing_keys: list[str] = field(default_factory=list)
-    unexpected_keys: list[str] = field(default_factory=list)
-    error_msgs: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)  # path -> first message about it
+    A plain class: a slotted dataclass would cost ~0.4 ms to create at this module's import,
+    which the first torch load pays."""
+
+    __slots__ = ("error_msgs", "errors", "ledger", "missing_keys", "plan", "unexpected_keys")
+
+    def __init__(self, plan: LoadPlan, ledger: Ledger) -> None:
+        self.plan, self.ledger = plan, ledger
+        self.missing_keys: list[str] = []
+        self.unexpected_keys: list[str] = []
+        self.error_msgs: list[str] = []
+        self.errors: dict[str, str] = {}  # path -> first message about it
 
 
 class TorchBridge:
@@ -206,6 +252,8 @@ class TorchBridge:
             if isinstance(value, torch.Tensor)
         }
         self._replaced: dict[int, torch.Tensor] = {}  # meta tensor id -> its materialisation
+        # Re-pointing ties (`_retie`) has work only where one tensor sits under two names.
+        self._has_ties = bool(aliases_by_identity(self._state.items()))
 
     @property
     def framework(self) -> str:
@@ -219,15 +267,16 @@ class TorchBridge:
 
     def targets(self) -> list[Target]:
         """Every state_dict tensor, in state_dict order."""
-        return [
-            Target(
-                key,
-                _container(self._model, key.rpartition(".")[0]),
-                from_torch(str(tensor.dtype)),
-                tuple(tensor.shape),
-            )
-            for key, tensor in self._state.items()
-        ]
+        container_of = _Containers(self._model)
+        dtypes: dict[torch.dtype, DType] = {}
+        targets = []
+        for key, tensor in self._state.items():
+            container = container_of(key.rpartition(".")[0])
+            dtype = dtypes.get(tensor.dtype)
+            if dtype is None:
+                dtype = dtypes[tensor.dtype] = from_torch(str(tensor.dtype))
+            targets.append(Target(key, container, dtype, tuple(tensor.shape)))
+        return targets
 
     def aliases(self) -> dict[str, str]:
         """Later state_dict names of one tensor object -> its first name."""
@@ -288,8 +337,9 @@ class TorchBridge:
             items.setdefault(name, Unread(read, spare_name=name))
         run = _Run(plan, ledger)
         self._visit(self._model, LazyStateDict(items, ledger, _copy_source), "", run)
-        for module in self._model.modules():
-            self._retie(module)  # a later name materialised while the first stayed on meta
+        if self._has_ties and self._replaced:
+            for module in self._model.modules():
+                self._retie(module)  # a later name materialised while the first stayed on meta
         errors = {**run.errors, **ledger.failed}  # our read failure says more than torch's
         missing = set(run.missing_keys)
         loaded = {
@@ -305,10 +355,10 @@ class TorchBridge:
     ) -> None:
         """Load `module`, then its children, then run its post hooks (torch's inner `load`)."""
         retied = self._retie(module)
-        assign = any(tensor.is_meta for tensor in _local_tensors(module).values())
+        local = _local_tensors(module)
+        assign = any(tensor.is_meta for tensor in local.values())
         if assign:
             view = parent.prefixed(prefix, self._assign_source)
-            local = _local_tensors(module)
             for name in retied:  # assigning the tie's own tensor keeps it tied
                 if f"{prefix}{name}" in view:
                     view[f"{prefix}{name}"] = local[name]
@@ -316,9 +366,10 @@ class TorchBridge:
             self._keep_source_dtypes(module, prefix, run.plan)
             view = parent.prefixed(prefix, _copy_source)
         self._load_module(module, view, prefix, assign, run)
+        by_child = view.by_child(prefix)  # one pass, not one per child: torch's filter, grouped
         for name, child in module._modules.items():
             if child is not None:
-                self._visit(child, view, f"{prefix}{name}.", run)
+                self._visit(child, by_child.get(name, view.empty()), f"{prefix}{name}.", run)
         self._post_hooks(module, prefix, run)
 
     def _load_module(
@@ -370,7 +421,7 @@ class TorchBridge:
         """A tensor torch's ``assign`` makes the parameter: the array itself where possible."""
         if not array.flags.writeable:
             array = array.copy()  # the parameter would otherwise write into immutable memory
-        tensor = array_to_torch(array, from_numpy(array.dtype))
+        tensor = _tensor_of(array)
         return tensor if self._device is None else tensor.to(self._device)
 
     def _keep_source_dtypes(self, module: torch.nn.Module, prefix: str, plan: LoadPlan) -> None:
@@ -388,7 +439,9 @@ class TorchBridge:
     def _retie(self, module: torch.nn.Module) -> list[str]:
         """Point the module's meta tensors that another name already materialised at that
         tensor, so a tie stays one object; returns the names re-pointed."""
-        retied = []
+        retied: list[str] = []
+        if not self._has_ties or not self._replaced:
+            return retied  # no tensor under two names, or none materialised yet
         for name, tensor in _local_tensors(module).items():
             replacement = self._replaced.get(id(tensor))
             if replacement is not None and tensor.is_meta:
@@ -406,6 +459,8 @@ class TorchBridge:
 
     def _finish(self, plan: LoadPlan, loaded: set[str]) -> None:
         """Move loaded tensors to ``device`` and restore the source's param ids on them."""
+        if self._device is None and all(p.param_id is None for p in plan.tensors.values()):
+            return  # nothing to move or mark (SafeTensors has no param ids): skip the lookups
         for key in self._state:
             tensor = self._tensor_at(key) if key in loaded else None
             if tensor is None:

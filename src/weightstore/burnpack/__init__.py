@@ -7,8 +7,10 @@ a file atomically or into bytes, byte-identical to Burn's own writer.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from weightstore.burnpack._format import FORMAT
 from weightstore.burnpack._layout import (
@@ -27,9 +29,11 @@ from weightstore.burnpack._layout import (
     TensorDescriptor,
     data_start,
 )
-from weightstore.burnpack._reader import BurnpackReader
-from weightstore.burnpack._writer import BurnpackWriter
-from weightstore.entry import TensorEntry
+
+if TYPE_CHECKING:
+    from weightstore.burnpack._reader import BurnpackReader
+    from weightstore.burnpack._writer import BurnpackWriter
+    from weightstore.entry import TensorEntry
 
 __all__ = [
     "EXTENSION",
@@ -60,6 +64,8 @@ def write_bytes(
     scalars: Mapping[str, int | float | bool | Scalar] | None = None,
 ) -> bytes:
     """A burnpack container in memory; shorthand for ``BurnpackWriter(...).to_bytes()``."""
+    from weightstore.burnpack._writer import BurnpackWriter
+
     return BurnpackWriter(entries, metadata, scalars).to_bytes()
 
 
@@ -71,7 +77,28 @@ def write_file(
     *,
     overwrite: bool = False,
     auto_extension: bool = True,
+    durable: bool = True,
 ) -> str:
-    """Save a burnpack file atomically; returns the path written (``.bpk`` added if needed)."""
+    """Save a burnpack file atomically; returns the path written (``.bpk`` added if needed).
+    ``durable=False`` skips the fsyncs but keeps the atomic rename (`ContainerWriter.save`)."""
+    from weightstore.burnpack._writer import BurnpackWriter
+
     writer = BurnpackWriter(entries, metadata, scalars)
-    return writer.save(path, overwrite=overwrite, auto_extension=auto_extension)
+    return writer.save(path, overwrite=overwrite, auto_extension=auto_extension, durable=durable)
+
+
+# The reader and writer (and cbor2, NumPy) load on first use: the format registry imports this
+# package for `FORMAT`, and most programs never open a burnpack file.
+_LAZY: dict[str, str] = {"BurnpackReader": "_reader", "BurnpackWriter": "_writer"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

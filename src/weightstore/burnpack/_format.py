@@ -1,16 +1,22 @@
-"""The burnpack entry of the format registry: everything outside this folder asks `FORMAT`."""
+"""The burnpack entry of the format registry: everything outside this folder asks `FORMAT`.
+
+The reader and writer (and cbor2) load when a file is first opened or written, not when the
+registry lists this format.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 from weightstore.burnpack._layout import EXTENSION, MAGIC_BYTES
-from weightstore.burnpack._reader import BurnpackReader
-from weightstore.burnpack._writer import BurnpackWriter
-from weightstore.entry import TensorEntry
+
+if TYPE_CHECKING:
+    from weightstore.burnpack._reader import BurnpackReader
+    from weightstore.burnpack._writer import BurnpackWriter
+    from weightstore.entry import TensorEntry
 
 __all__ = ["FORMAT"]
 
@@ -20,9 +26,31 @@ def _sniff(head: bytes, size: int) -> bool:
     return head[: len(MAGIC_BYTES)] == MAGIC_BYTES
 
 
+def _reader() -> type[BurnpackReader]:
+    from weightstore.burnpack._reader import BurnpackReader
+
+    return BurnpackReader
+
+
+def _open_file(path: Any, **options: Any) -> BurnpackReader:
+    return _reader().from_file(path, **options)
+
+
+def _open_bytes(data: bytes) -> BurnpackReader:
+    return _reader().from_bytes(data)
+
+
+def _open_static(buffer: Any) -> BurnpackReader:
+    return _reader().from_static(buffer)
+
+
 def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -> BurnpackWriter:
     """A writer for a store save. Burn writes a param_id for every tensor, so a tensor whose
     source has none (a NumPy array, a SafeTensors file) gets a fresh random one."""
+    import secrets
+
+    from weightstore.burnpack._writer import BurnpackWriter
+
     with_ids = [
         entry if entry.param_id is not None
         else dataclasses.replace(entry, param_id=secrets.randbits(64))
@@ -38,9 +66,9 @@ FORMAT = ContainerFormat(
     extensions=(EXTENSION,),
     default_extension=EXTENSION,
     sniff=_sniff,
-    open_file=BurnpackReader.from_file,
-    open_bytes=BurnpackReader.from_bytes,
-    open_static=BurnpackReader.from_static,
+    open_file=_open_file,
+    open_bytes=_open_bytes,
+    open_static=_open_static,
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS | {"auto_extension"},
 )

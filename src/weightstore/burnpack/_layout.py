@@ -29,12 +29,15 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-
-import cbor2
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._render import bounded_repr
-from weightstore.dtypes import DType
+from weightstore.dtypes import DType, import_on_first_use
+
+if TYPE_CHECKING:
+    import cbor2
+else:
+    cbor2 = import_on_first_use("cbor2", globals(), "cbor2")
 
 HEADER: Final = struct.Struct("<IHI")  # magic, version, metadata_size
 HEADER_SIZE: Final = HEADER.size  # 10 bytes

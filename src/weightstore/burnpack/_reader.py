@@ -17,7 +17,7 @@ import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._format import path_for_read
-from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets
+from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
 from weightstore._render import MAX_REPR_SIZE, bounded_repr
 from weightstore._slice import TensorSlice
 from weightstore.burnpack._layout import (
@@ -79,6 +79,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             top, self.path, max_tensor_count, max_tensor_size
         )
         self._validate_layout()
+        self._spans = spans_of(self.descriptors)
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -189,10 +190,8 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
 
         Bools stored as u8/u32 words come back as ``bool`` arrays (a copy).
         """
-        descriptor = self.descriptor(name)
-        numpy_dtype = self._numpy_dtype(name)
-        array = np.frombuffer(self.get_bytes(name), dtype=numpy_dtype).reshape(descriptor.shape)
-        if descriptor.dtype.kind == "b" and numpy_dtype != np.bool_:
+        array = ContainerReader.get(self, name)
+        if array.dtype != np.bool_ and self.descriptors[name].dtype.kind == "b":
             words: np.ndarray[Any, Any] = np.not_equal(array, 0)
             return words
         return array

@@ -87,8 +87,10 @@ class BurnpackWriter(ContainerWriter):
         *,
         overwrite: bool = False,
         auto_extension: bool = True,
+        durable: bool = True,
     ) -> str:
-        """Write atomically to `path` (``.bpk`` appended when it has no extension, as Burn does).
+        """Write atomically to `path` (``.bpk`` appended when it has no extension, as Burn does);
+        `durable` as in `ContainerWriter.save`.
 
         Returns:
             The path written.
@@ -97,7 +99,7 @@ class BurnpackWriter(ContainerWriter):
             DestinationExistsError: the file exists and `overwrite` is false.
         """
         target = path_for_write(path, EXTENSION) if auto_extension else os.fspath(path)
-        return super().save(target, overwrite=overwrite)
+        return super().save(target, overwrite=overwrite, durable=durable)
 
 
 def _string_map(metadata: Mapping[str, str]) -> dict[str, str]:

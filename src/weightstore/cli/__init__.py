@@ -15,6 +15,7 @@ and ``--debug`` prints the trace (`weightstore.cli._errors`).
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
@@ -22,9 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
 from weightstore._version import __version__
-from weightstore.cli._convert import add_parser as _add_convert
-from weightstore.cli._demo import example_path, run_demo
-from weightstore.cli._diff import add_parser as _add_diff
 from weightstore.cli._errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -32,10 +30,6 @@ from weightstore.cli._errors import (
     report_failure,
     routed_warnings,
 )
-from weightstore.cli._inspect import add_parser as _add_inspect
-from weightstore.cli._render import render_text
-from weightstore.cli._report import summarize
-from weightstore.cli._verify import add_parser as _add_verify
 
 __all__ = ["EXIT_BROKEN_PIPE", "build_parser", "console_main", "main"]
 
@@ -61,6 +55,10 @@ def _add_demo(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from weightstore.cli._demo import example_path, run_demo
+    from weightstore.cli._render import render_text
+    from weightstore.cli._report import summarize
+
     print(render_text(summarize(example_path())))
     print()
     for line in run_demo():
@@ -68,17 +66,44 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: tuple[AddParser, ...] = (
-    _add_inspect,
-    _add_convert,
-    _add_diff,
-    _add_verify,
-    _add_demo,
-)
+# Each subcommand and the module whose ``add_parser`` registers it, in help order. A run
+# imports only its own command's module: ``inspect --json`` of a SafeTensors file loads no NumPy.
+_COMMANDS: Final[dict[str, str | AddParser]] = {
+    "inspect": "weightstore.cli._inspect",
+    "convert": "weightstore.cli._convert",
+    "diff": "weightstore.cli._diff",
+    "verify": "weightstore.cli._verify",
+    "demo": _add_demo,
+}
+
+
+def _adder(command: str) -> AddParser:
+    home = _COMMANDS[command]
+    if callable(home):
+        return home
+    add: AddParser = importlib.import_module(home).add_parser
+    return add
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names, or None when it names none or asks for the overall help
+    (then every subcommand is registered, as the help lists them all)."""
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in _COMMANDS else None
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line, every subcommand registered."""
+    return _parser_for(None)
+
+
+def _parser_for(command: str | None) -> argparse.ArgumentParser:
+    """The command line's parser with only `command` registered (every one for None): `main`
+    knows which runs, so the other commands' modules stay unloaded."""
     parser = _Parser(
         prog="weightstore",
         description="Save, load, inspect and convert neural-network weights.",
@@ -91,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", default=argparse.SUPPRESS, help="print tracebacks"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in _COMMANDS:
-        add(commands, common)
+    for name in _COMMANDS if command is None else (command,):
+        _adder(name)(commands, common)
     return parser
 
 
@@ -107,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: ``sys.argv[1:]``); returns the exit code."""
     _tolerant_streams()
     try:
-        args = build_parser().parse_args(argv)
+        arguments = sys.argv[1:] if argv is None else list(argv)
+        args = _parser_for(_command_in(arguments)).parse_args(arguments)
     except SystemExit as done:  # --help, --version, or a usage error already printed
         if done.code is None or isinstance(done.code, int):
             return done.code or 0

@@ -10,10 +10,11 @@ extension or ``--format`` names, and every flag is a builder of one of the two s
     --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
     --metadata, --overwrite    dest     pairs written (after the source's own), replace a file
 
-Tensors are read lazily as the writer reaches them, so peak memory is about the largest tensor
-(twice that when an adapter casts or transposes it). List indices keep their numbers (the
-PyTorch store's contiguous renumbering is turned off): a converted file loads into the model
-the source came from.
+Tensors are read as the writer reaches them, so peak memory is about the largest tensor (twice
+that when an adapter casts or transposes it); from a PyTorch checkpoint that holds whatever its
+size, as each tensor's mapped pages are released once written (`_streaming_reader`). List
+indices keep their numbers (the PyTorch store's contiguous renumbering is turned off): a
+converted file loads into the model the source came from.
 
 The layout and half-precision adapters act by the type of the module owning each tensor, which
 a file does not record; `weightstore.cli._modules` infers it from names and shapes, and
@@ -23,7 +24,9 @@ a file does not record; `weightstore.cli._modules` infers it from names and shap
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -119,8 +122,60 @@ def run(args: argparse.Namespace) -> int:
             source_store = source_store.with_top_level_key(args.top_level_key)
         source = source_for(source_store)
         assert isinstance(source, ModelFreeSource)  # a store always reads as one
-        snapshots = _owned(source.snapshots(), adapter, args)
         metadata = _carried_metadata(source_store)
+        reader = _streaming_reader(source_store, args)
+    with reader or contextlib.nullcontext():
+        with about(args.src):
+            read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
+            snapshots = _owned(read, adapter, args)
+        return _write(args, fmt, adapter, metadata, source, snapshots)
+
+
+def _streaming_reader(store: Store, args: argparse.Namespace) -> Any:
+    """A second reader of SRC, when its format's reader can `release` a tensor's pages
+    (PyTorch's), else ``None``. The pages of a mapped file that the writer has read count in
+    the process's resident size until the file is unmapped, so a conversion through the
+    store's own reader peaks at the file's size; releasing each tensor once written, with no
+    copy, keeps about one resident. (A ``mode="pread"`` reader would also, at one more copy
+    per tensor: 2-4x the CPU time of the mapped read.)"""
+    fmt = store.FORMAT
+    assert fmt is not None and fmt.open_file is not None  # a store opened on SRC reads it
+    options: dict[str, Any] = {}
+    if args.top_level_key is not None:
+        options["top_level_key"] = args.top_level_key
+    reader = fmt.open_file(fmt.path_for_read(args.src), **options)
+    if callable(getattr(reader, "release", None)):
+        return reader
+    reader.close()
+    return None
+
+
+def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSnapshot]:
+    """The store's snapshots (its names, order and checks), each read through `reader`. The
+    source store neither remaps nor renumbers, so its names are the reader's. The writer
+    asks for one tensor at a time, so when it asks for one it is done with the one before:
+    that one is released first."""
+    read: list[str] = []
+
+    def load(name: str) -> np.ndarray[Any, Any]:
+        while read:
+            reader.release(read.pop())
+        read.append(name)
+        array: np.ndarray[Any, Any] = reader.get(name)
+        return array
+
+    return [dataclasses.replace(s, load=functools.partial(load, s.full_path)) for s in snapshots]
+
+
+def _write(
+    args: argparse.Namespace,
+    fmt: ContainerFormat,
+    adapter: Adapter | None,
+    metadata: dict[str, str],
+    source: ModelFreeSource,
+    snapshots: list[TensorSnapshot],
+) -> int:
+    """Save `snapshots` into DST (the save half of `run`); prints what was written."""
     store = _destination(args, fmt, adapter, metadata)
     kept = [s for s in snapshots if store.options.filter.matches(s.full_path, s.container_path)]
     total = sum(s.nbytes for s in kept)

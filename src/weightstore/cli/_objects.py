@@ -25,11 +25,10 @@ import argparse
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.cli._text import MAX_TEXT_LEN, json_number, shortened
+from weightstore.dtypes import import_on_first_use
 from weightstore.pytorch_reader import (
     GlobalRef,
     InertObject,
@@ -38,6 +37,11 @@ from weightstore.pytorch_reader import (
     TorchDType,
     UnreadableTensor,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # inspect of a header needs no NumPy
 
 __all__ = [
     "MAX_SCAN_DEPTH",

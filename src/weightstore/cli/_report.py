@@ -15,9 +15,8 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from weightstore.burnpack import BurnpackReader
 from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
 from weightstore.dtypes import DType
 from weightstore.errors import (
@@ -27,8 +26,9 @@ from weightstore.errors import (
     UnsupportedObjectError,
 )
 from weightstore.formats import FORMATS, detect_format
-from weightstore.pytorch_reader import LazyTensor, PytorchReader
-from weightstore.safetensors import SafetensorsReader
+
+if TYPE_CHECKING:
+    from weightstore.pytorch_reader import LazyTensor, PytorchReader
 
 __all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
 
@@ -81,7 +81,10 @@ class FileReport:
         return sum(row.numel for row in self.tensors)
 
 
+# Each summarizer imports its reader, so listing one format loads no other's (nor cbor2).
 def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
+    from weightstore.burnpack import BurnpackReader
+
     with BurnpackReader.from_file(path) as pack:
         rows = [
             TensorRow(d.name, d.dtype, d.shape, d.nbytes, pack.data_start + d.data_offsets[0])
@@ -99,6 +102,8 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
 
 
 def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
+    from weightstore.safetensors import SafetensorsReader
+
     with SafetensorsReader.from_file(path) as st:
         rows = [
             TensorRow(d.name, d.dtype, d.shape, d.nbytes, st.data_start + d.data_offsets[0])
@@ -114,6 +119,8 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
 
 
 def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
+    from weightstore.pytorch_reader import PytorchReader
+
     top_level_key = options.get("top_level_key")
     with PytorchReader(path, top_level_key=top_level_key) as reader:
         rows, broken = _pytorch_rows(reader)
@@ -161,6 +168,8 @@ def _storage_place(tensor: LazyTensor) -> tuple[str | None, int | None]:
 def _whole_file(path: str) -> object:
     """The decoded value of the whole checkpoint, for the scan when a top-level key narrowed
     the listing: globals elsewhere in the file matter as much."""
+    from weightstore.pytorch_reader import PytorchReader
+
     with PytorchReader(path) as whole:
         return whole.load_object()
 

@@ -13,8 +13,11 @@ CLI opens a file.
 
 from __future__ import annotations
 
-from weightstore._bytesource import MmapSource
-from weightstore.errors import UnsupportedFormatError, WeightstoreError
+from typing import Final
+
+from weightstore._bytesource import ByteSource, MmapSource, PreadSource, ReadMode
+from weightstore._render import bounded_repr
+from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     TAR_MAGIC,
@@ -23,7 +26,6 @@ from weightstore.pytorch_reader._layout import (
     ZIP_MAGIC,
     Limits,
 )
-from weightstore.pytorch_reader._legacy import load_legacy, load_tar
 from weightstore.pytorch_reader._loaded import ArchiveInfo, Loaded
 from weightstore.pytorch_reader._machine import run_pickle
 from weightstore.pytorch_reader._objects import PersistentRef
@@ -33,6 +35,7 @@ __all__ = ["open_archive"]
 
 _HEAD_SIZE = 512  # bytes read to tell the layout: one tar header block
 _SHOWN_SIZE = 8  # bytes of the file an "is not a checkpoint" message shows
+_READ_MODES: Final = ("mmap", "pread")
 
 # Foreign files people hand a .pt reader by mistake, and what to tell them.
 _SIGNATURES: tuple[tuple[bytes, str], ...] = (
@@ -47,40 +50,55 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def open_archive(path: str, limits: Limits) -> Loaded:
-    """Map `path`, detect its layout and decode its pickle; tensors stay unread.
+def open_archive(path: str, limits: Limits, mode: ReadMode = "mmap") -> Loaded:
+    """Map `path`, detect its layout and decode its pickle; tensors stay unread. Their bytes
+    will be views of the mapping (`mode` ``"mmap"``) or `os.pread` copies (``"pread"``).
 
     Raises:
+        InvalidOptionError: `mode` is neither.
         UnsupportedFormatError: not a PyTorch checkpoint; the message says what it is, or
             shows its first bytes.
         FormatError: a checkpoint whose bytes break its layout (a subclass says how).
     """
+    if mode not in _READ_MODES:
+        raise InvalidOptionError(
+            f"read mode must be 'mmap' or 'pread', not {bounded_repr(mode)}", option="mode"
+        )
     source = MmapSource(path)
+    storage_source: ByteSource = source
     try:
-        loaded = _open_layout(source, limits)
+        if mode == "pread":
+            storage_source = PreadSource(path)
+        loaded = _open_layout(source, limits, storage_source)
     except BaseException:
+        storage_source.close()
         source.close()
         raise
-    loaded.closers.insert(0, source.close)  # runs last, after the layout has let go of it
+    # Run last, after the layout has let go of them.
+    loaded.closers[:0] = [source.close, storage_source.close]
     return loaded
 
 
-def _open_layout(source: MmapSource, limits: Limits) -> Loaded:
+def _open_layout(source: MmapSource, limits: Limits, storage_source: ByteSource) -> Loaded:
     head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
     if head[:4] == ZIP_MAGIC:
-        return load_zip(source, limits)
+        return load_zip(source, limits, storage_source)
     if head[:4] == ZIP_EMPTY_MAGIC:
         raise UnsupportedFormatError(
             "an empty zip archive, not a PyTorch checkpoint", path=source.name
         )
     if len(head) >= _HEAD_SIZE and head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 5] == TAR_MAGIC:
-        return load_tar(source, limits)
+        from weightstore.pytorch_reader._legacy import load_tar  # rare: loaded when met
+
+        return load_tar(source, limits, storage_source)
     what = _what_it_is(head, source.size)
     if what is not None:
         raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=source.name)
     first, end, protocol = _first_pickle(source, head, limits)
     if type(first) is int and first == MAGIC_NUMBER:
-        return load_legacy(source, end, limits)
+        from weightstore.pytorch_reader._legacy import load_legacy  # rare: loaded when met
+
+        return load_legacy(source, end, limits, storage_source)
     if end != source.size:  # pickle.dump writes one pickle and nothing after it
         raise _not_a_checkpoint(
             source, head, f"a pickle of {end:,} bytes is followed by {source.size - end:,} more"

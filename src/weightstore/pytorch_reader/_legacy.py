@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import tarfile
 
-from weightstore._bytesource import MmapSource
+from weightstore._bytesource import ByteSource, MmapSource
 from weightstore._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.errors import (
@@ -57,9 +57,10 @@ _MAX_COUNT = 2**63 - 1  # torch's counts and keys are int64
 
 
 class CountedStorages(StorageSource):
-    """Count-prefixed storage blobs at known offsets of the mapped file."""
+    """Count-prefixed storage blobs at known offsets of the file, read from `source`: the
+    mapped file itself, or a pread source whose reads are copies nothing keeps."""
 
-    def __init__(self, source: MmapSource, big_endian_counts: bool) -> None:
+    def __init__(self, source: ByteSource, big_endian_counts: bool) -> None:
         self._source = source
         self._big_endian_counts = big_endian_counts
         self._places: dict[str, tuple[int, int, int]] = {}  # key -> (count offset, numel, size)
@@ -102,6 +103,9 @@ class CountedStorages(StorageSource):
             )
         what = f"storage {bounded_repr(key)}"
         return self._source.read(offset + COUNT.size, nbytes, what, tensor)
+
+    def release(self, key: str) -> None:
+        """Nothing: legacy and tar files are small and old; only zip storages are released."""
 
     def counts_at(self, offset: int, tensor: str | None = None) -> tuple[int, int]:
         """The u64 count at `offset`, read little-endian and big-endian."""
@@ -153,8 +157,9 @@ def _kind(pid: object) -> str | None:
 # -- legacy -------------------------------------------------------------------------------------
 
 
-def load_legacy(source: MmapSource, pos: int, limits: Limits) -> Loaded:
-    """Everything after the magic-number pickle that ends at `pos`."""
+def load_legacy(source: MmapSource, pos: int, limits: Limits, storage_source: ByteSource) -> Loaded:
+    """Everything after the magic-number pickle that ends at `pos`; storages are read from
+    `storage_source` (see `CountedStorages`)."""
     data, path = source.mapping, source.name
     version, pos, _ = run_pickle(data, pos, path=path, limits=limits)
     if type(version) is not int or not 0 <= version <= _MAX_COUNT:
@@ -162,7 +167,7 @@ def load_legacy(source: MmapSource, pos: int, limits: Limits) -> Loaded:
     if version != PROTOCOL_VERSION:
         raise UnsupportedVersionError(version, PROTOCOL_VERSION, path=path)
     sys_info, pos, _ = run_pickle(data, pos, path=path, limits=limits)
-    storages = CountedStorages(source, _is_big_endian(sys_info))
+    storages = CountedStorages(storage_source, _is_big_endian(sys_info))
     registry = _LegacyRegistry(storages)
     root, pos, protocol = run_pickle(
         data, pos, path=path, limits=limits, persistent_load=registry.persistent_load
@@ -221,8 +226,9 @@ class _LegacyRegistry:
 # -- tar ----------------------------------------------------------------------------------------
 
 
-def load_tar(source: MmapSource, limits: Limits) -> Loaded:
-    """Open the tar layout: its entries located, storages and tensors indexed, none read."""
+def load_tar(source: MmapSource, limits: Limits, storage_source: ByteSource) -> Loaded:
+    """Open the tar layout: its entries located, storages and tensors indexed, none read
+    (they are read from `storage_source`)."""
     members = _tar_members(source)
     for required in ("pickle", "storages"):
         if required not in members:
@@ -236,7 +242,7 @@ def load_tar(source: MmapSource, limits: Limits) -> Loaded:
         sys_info, _, _ = run_pickle(
             source.mapping, start, start + size, path=source.name, limits=limits
         )
-    index = _TarIndex(CountedStorages(source, _is_big_endian(sys_info)), source, limits)
+    index = _TarIndex(CountedStorages(storage_source, _is_big_endian(sys_info)), source, limits)
     index.read_storages(*members["storages"])
     if "tensors" in members:
         index.read_tensors(*members["tensors"])

@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from weightstore._bytesource import ReadMode
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
 from weightstore.pytorch_reader._archive import open_archive
+from weightstore.pytorch_reader._format import collector_paused
 from weightstore.pytorch_reader._layout import (
     MAX_CONTAINER_SIZE,
     MAX_DEPTH,
@@ -97,6 +99,9 @@ class PytorchReader:
             max_nodes, max_storage_count, max_inflated_size, max_names_size,
             max_expanded_size: resource limits (see `Limits`); raise one only for files you
             trust.
+        mode: ``"mmap"`` (default: tensors are views of the mapped file) or ``"pread"``
+            (each `get` reads a fresh copy and the reader keeps none, so a pass over every
+            tensor holds one at a time: a conversion of a file larger than memory).
 
     Raises:
         UnsupportedFormatError: not a PyTorch checkpoint (torch.package, a compressed file,
@@ -130,6 +135,7 @@ class PytorchReader:
         max_inflated_size: int = MAX_INFLATED_SIZE,
         max_names_size: int = MAX_NAMES_SIZE,
         max_expanded_size: int = MAX_EXPANDED_SIZE,
+        mode: ReadMode = "mmap",
     ) -> None:
         self._limits = Limits(
             max_pickle_size=max_pickle_size,
@@ -145,26 +151,32 @@ class PytorchReader:
         )
         self.path = os.fspath(path)
         self.top_level_key = top_level_key
-        self._loaded = open_archive(self.path, self._limits)
-        try:
-            self._object = self._select(top_level_key)
-        except BaseException:
-            self._loaded.close()
-            raise
+        with collector_paused():
+            self._loaded = open_archive(self.path, self._limits, mode)
+            try:
+                self._object = self._select(top_level_key)
+            except BaseException:
+                self._loaded.close()
+                raise
         self._named: dict[str, Leaf] | None = None
 
     @classmethod
     def from_file(
-        cls, path: str | os.PathLike[str], *, top_level_key: str | None = None, **limits: int
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        top_level_key: str | None = None,
+        mode: ReadMode = "mmap",
+        **limits: int,
     ) -> PytorchReader:
         """Open `path`: the same as the constructor, in the form every weightstore reader has.
 
         Args:
             path: the file.
-            top_level_key: as for the class.
+            top_level_key, mode: as for the class.
             limits: ``max_pickle_size`` and the other resource limits of the class.
         """
-        return cls(path, top_level_key, **limits)
+        return cls(path, top_level_key, mode=mode, **limits)
 
     # -- tensors ---------------------------------------------------------------------------------
 
@@ -222,6 +234,17 @@ class PytorchReader:
         tensor = leaf.with_name(name)  # so that its errors name it
         tensor.validate()
         return tensor
+
+    def release(self, name: str) -> None:
+        """Done with tensor `name` for now: its storage's mapped pages leave this process's
+        resident memory (the page cache keeps them), so a pass that reads every tensor once
+        holds about one at a time. Its arrays stay valid and read the file again when
+        touched, but writes made to them are lost. A no-op in ``"pread"`` mode, for compressed
+        storages, legacy and tar files, and for a name that holds no stored tensor."""
+        leaf = self._names().get(name)
+        storage = leaf.storage if isinstance(leaf, LazyTensor) else None
+        if storage is not None and storage.source is not None:
+            storage.source.release(storage.key)
 
     def tensors(self) -> dict[str, LazyTensor]:
         """Every tensor by name, each checked as `tensor` checks it."""

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from weightstore._render import bounded_repr
-from weightstore.dtypes import DType, from_torch
+from weightstore.dtypes import DType, from_torch, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
@@ -44,6 +42,11 @@ from weightstore.pytorch_reader._layout import (
     MAX_NDIM,
 )
 from weightstore.pytorch_reader._objects import StorageClass, clip, shown_int, torch_itemsize
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # listing tensors never needs NumPy
 
 __all__ = [
     "NO_NEGATION",
@@ -86,6 +89,11 @@ class StorageSource(Protocol):
     def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
         """The storage's bytes, read once and cached; `DescriptorError` when the file holds
         other than `nbytes` of them, `MissingStorageError` when it holds none."""
+        ...
+
+    def release(self, key: str) -> None:
+        """Let the storage's mapped pages leave the process's resident memory (a streaming
+        pass is done with it); a no-op where its bytes are not a view of the mapped file."""
         ...
 
 

@@ -10,11 +10,12 @@ graph becomes its state dict in `_torchscript`, its code read as text and never 
 from __future__ import annotations
 
 import lzma
+import mmap
 import struct
 import zipfile
 import zlib
 
-from weightstore._bytesource import MmapSource
+from weightstore._bytesource import ByteSource, MmapSource
 from weightstore._render import bounded_repr
 from weightstore.errors import (
     ArchiveError,
@@ -49,6 +50,7 @@ from weightstore.pytorch_reader._torchscript import is_torchscript, module_state
 __all__ = ["ZipStorages", "load_zip", "payload_offset", "validate_lzma_dictionary"]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
+_CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
 _SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
 # Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
 # decompressors add theirs: zlib.error, bz2's OSError, and lzma.LZMAError, which is none of
@@ -70,20 +72,23 @@ _ZIP_ERRORS = (
 )
 
 
-def load_zip(source: MmapSource, limits: Limits) -> Loaded:
-    """Open the zip layout: records and ``data.pkl`` read, storages located, none read."""
+def load_zip(source: MmapSource, limits: Limits, storage_source: ByteSource) -> Loaded:
+    """Open the zip layout: records and ``data.pkl`` read, storages located, none read (they
+    are read from `storage_source`, see `ZipStorages`)."""
     try:
         archive = zipfile.ZipFile(source.name)
     except _ZIP_ERRORS as err:
         raise ArchiveError(f"damaged zip archive: {clip(str(err))}", path=source.name) from err
     try:
-        return _read_zip(source, archive, limits)
+        return _read_zip(source, archive, limits, storage_source)
     except BaseException:
         archive.close()
         raise
 
 
-def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> Loaded:
+def _read_zip(
+    source: MmapSource, archive: zipfile.ZipFile, limits: Limits, storage_source: ByteSource
+) -> Loaded:
     path = source.name
     names = {info.filename: info for info in archive.infolist()}
     prefix = _zip_prefix(list(names), path)
@@ -95,7 +100,7 @@ def _read_zip(source: MmapSource, archive: zipfile.ZipFile, limits: Limits) -> L
             entry=prefix + BYTEORDER_RECORD,
             path=path,
         )
-    storages = ZipStorages(source, archive, names, prefix, byte_order, limits)
+    storages = ZipStorages(source, archive, names, prefix, byte_order, limits, storage_source)
     pickle = records.read(DATA_PKL, limits.max_pickle_size)
     root, _, protocol = run_pickle(
         pickle,
@@ -186,9 +191,14 @@ class _ZipRecords:
 
 
 class ZipStorages(StorageSource):
-    """The ``<archive>/data/<key>`` entries. Stored entries are views of the mapped file at
-    the payload offset the entry's local header gives; compressed ones are inflated once.
-    Both are cached, so tensors sharing a storage read it once, until `close` drops the cache."""
+    """The ``<archive>/data/<key>`` entries. Stored entries are read from `storage_source` at
+    the payload offset the entry's local header gives; compressed ones are inflated.
+
+    When `storage_source` is the mapped file, a stored entry is a view of it and both kinds
+    are cached, so tensors sharing a storage read it once, until `close` drops the cache.
+    Otherwise (a pread source) every read is a fresh copy and nothing is cached: a pass over
+    the tensors then holds one storage at a time, whatever the file's size.
+    """
 
     def __init__(
         self,
@@ -198,11 +208,14 @@ class ZipStorages(StorageSource):
         prefix: str,
         byte_order: str,
         limits: Limits,
+        storage_source: ByteSource,
     ) -> None:
         folder = prefix + STORAGE_FOLDER
         self._entries = {n[len(folder) :]: i for n, i in names.items() if n.startswith(folder)}
         self._source, self._archive, self._limits = source, archive, limits
         self._byte_order = byte_order
+        self._storage_source = storage_source
+        self._caching = storage_source is source
         self._cache: dict[str, memoryview] = {}
         self._closed = False
 
@@ -233,8 +246,27 @@ class ZipStorages(StorageSource):
         data = self._cache.get(key)
         if data is None:
             data = self._read(info, tensor)
-            self._cache[key] = data
+            if self._caching:
+                self._cache[key] = data
         return data
+
+    def release(self, key: str) -> None:
+        """Drop the mapped pages that lie wholly inside stored entry `key` from the process's
+        resident memory (``MADV_DONTNEED``); the file's pages stay in the page cache. Arrays
+        viewing them stay valid and read the file again when touched, but writes made to them
+        are lost (the mapping is copy-on-write). A no-op for compressed entries, for a pread
+        source, for an entry not read yet, and where the platform has no `madvise`."""
+        info = self._entries.get(key)
+        mapping = self._source.mapping if self._caching and key in self._cache else None
+        if info is None or not isinstance(mapping, mmap.mmap) or not _CAN_RELEASE:
+            return
+        if info.compress_type != zipfile.ZIP_STORED:  # inflated: a buffer of its own
+            return
+        start = self._payload_offset(info)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # pages wholly inside the entry
+        last = (start + info.file_size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def close(self) -> None:
         """Drop the cached storages: views of the mapping among them would keep it mapped."""
@@ -248,7 +280,8 @@ class ZipStorages(StorageSource):
                     "a stored entry whose sizes differ", entry=info.filename, path=self.path
                 )
             offset = self._payload_offset(info)
-            return self._source.read(offset, info.file_size, f"entry {info.filename}", tensor)
+            what = f"entry {info.filename}"
+            return self._storage_source.read(offset, info.file_size, what, tensor)
         if info.file_size > self._limits.max_inflated_size:
             raise LimitExceeded(
                 f"inflated size of {info.filename}",
@@ -291,9 +324,7 @@ def payload_offset(source: MmapSource, info: zipfile.ZipInfo, path: str | None) 
     return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
 
 
-def validate_lzma_dictionary(
-    source: MmapSource, info: zipfile.ZipInfo, path: str | None
-) -> None:
+def validate_lzma_dictionary(source: MmapSource, info: zipfile.ZipInfo, path: str | None) -> None:
     """Refuse an LZMA entry whose declared dictionary is over `MAX_LZMA_DICTIONARY_SIZE`,
     before the decompressor allocates it (it would, even for a 1-byte entry)."""
     if info.compress_type != zipfile.ZIP_LZMA:

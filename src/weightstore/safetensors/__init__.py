@@ -8,11 +8,11 @@ byte-identical to the `safetensors` package for the same tensors and metadata.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from weightstore._slice import TensorSlice
-from weightstore.entry import TensorEntry
 from weightstore.safetensors._format import FORMAT
 from weightstore.safetensors._layout import (
     DATA_ALIGNMENT,
@@ -23,8 +23,12 @@ from weightstore.safetensors._layout import (
     PREFIX_SIZE,
     TensorDescriptor,
 )
-from weightstore.safetensors._reader import SafetensorsReader
-from weightstore.safetensors._writer import SafetensorsWriter
+
+if TYPE_CHECKING:
+    from weightstore._slice import TensorSlice
+    from weightstore.entry import TensorEntry
+    from weightstore.safetensors._reader import SafetensorsReader
+    from weightstore.safetensors._writer import SafetensorsWriter
 
 __all__ = [
     "DATA_ALIGNMENT",
@@ -50,6 +54,8 @@ def write_bytes(
     keep_order: bool = False,
 ) -> bytes:
     """A SafeTensors file in memory; shorthand for ``SafetensorsWriter(...).to_bytes()``."""
+    from weightstore.safetensors._writer import SafetensorsWriter
+
     return SafetensorsWriter(entries, metadata, keep_order=keep_order).to_bytes()
 
 
@@ -60,7 +66,32 @@ def write_file(
     *,
     keep_order: bool = False,
     overwrite: bool = False,
+    durable: bool = True,
 ) -> str:
-    """Save a SafeTensors file atomically; returns the path written."""
+    """Save a SafeTensors file atomically; returns the path written. ``durable=False`` skips
+    the fsyncs but keeps the atomic rename (`ContainerWriter.save`)."""
+    from weightstore.safetensors._writer import SafetensorsWriter
+
     writer = SafetensorsWriter(entries, metadata, keep_order=keep_order)
-    return writer.save(path, overwrite=overwrite)
+    return writer.save(path, overwrite=overwrite, durable=durable)
+
+
+# The reader and writer (and NumPy) load on first use: the format registry imports this package
+# for `FORMAT`, and most programs open few formats.
+_LAZY: dict[str, str] = {
+    "SafetensorsReader": "weightstore.safetensors._reader",
+    "SafetensorsWriter": "weightstore.safetensors._writer",
+    "TensorSlice": "weightstore._slice",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

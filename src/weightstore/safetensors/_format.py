@@ -1,21 +1,28 @@
-"""The SafeTensors entry of the format registry: everything outside this folder asks `FORMAT`."""
+"""The SafeTensors entry of the format registry: everything outside this folder asks `FORMAT`.
+
+The reader and writer (and NumPy) load when a file is first opened or written, not when the
+registry lists this format.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 from weightstore.dtypes import from_name
-from weightstore.entry import TensorEntry
 from weightstore.safetensors._layout import (
     EXTENSION,
     HEADER_SIZE_FIELD,
     MAX_HEADER_SIZE,
     PREFIX_SIZE,
 )
-from weightstore.safetensors._reader import SafetensorsReader
-from weightstore.safetensors._writer import SafetensorsWriter
+
+if TYPE_CHECKING:
+    from weightstore.entry import TensorEntry
+    from weightstore.safetensors._reader import SafetensorsReader
+    from weightstore.safetensors._writer import SafetensorsWriter
 
 __all__ = ["FORMAT"]
 
@@ -35,11 +42,29 @@ def _sniff(head: bytes, size: int) -> bool:
     return bool(header_size <= MAX_HEADER_SIZE or PREFIX_SIZE + header_size <= size)
 
 
-def _store_writer(
-    entries: Iterable[TensorEntry], metadata: Mapping[str, str]
-) -> SafetensorsWriter:
+def _reader() -> type[SafetensorsReader]:
+    from weightstore.safetensors._reader import SafetensorsReader
+
+    return SafetensorsReader
+
+
+def _open_file(path: Any, **options: Any) -> SafetensorsReader:
+    return _reader().from_file(path, **options)
+
+
+def _open_bytes(data: bytes) -> SafetensorsReader:
+    return _reader().from_bytes(data)
+
+
+def _open_static(buffer: Any) -> SafetensorsReader:
+    return _reader().from_static(buffer)
+
+
+def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -> SafetensorsWriter:
     """A writer for a store save. Burn's Flex32 has no SafeTensors name; Burn writes it as F32,
     whose bytes it shares."""
+    from weightstore.safetensors._writer import SafetensorsWriter
+
     flex32, f32 = from_name("FLEX32"), from_name("F32")
     plain = [
         dataclasses.replace(entry, dtype=f32) if entry.dtype == flex32 else entry
@@ -54,9 +79,9 @@ FORMAT = ContainerFormat(
     title="SafeTensors",
     extensions=(EXTENSION,),
     sniff=_sniff,
-    open_file=SafetensorsReader.from_file,
-    open_bytes=SafetensorsReader.from_bytes,
-    open_static=SafetensorsReader.from_static,
+    open_file=_open_file,
+    open_bytes=_open_bytes,
+    open_static=_open_static,
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS,
 )

@@ -5,20 +5,31 @@ known dtypes, lengths that match shape x dtype, and tensors that cover the data 
 (no overlap, no gap, no tail, nothing past the end). These are the safetensors package's rules; we
 also refuse duplicate keys (its JSON parser keeps the last) and say which tensor is at fault.
 Unknown descriptor fields are ignored, as the safetensors package ignores them.
+
+Two parsers, one result. A header laid out exactly as writers lay it out (`_parse_canonical`)
+is checked column-wise, over all tensors at once, and its descriptors are built only when asked
+for (`_LazyDescriptors`): 20,000 small tensors open in a tenth of the general parser's time.
+Any other header, hostile ones included, goes to the general parser (`_parse_top`,
+`_validate_layout`), which checks tensor by tensor and names the fault.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
+import itertools
+import math
+import operator
 import os
-from typing import Any
-
-import numpy as np
+import re
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
-from weightstore._reader_base import ContainerReader, parse_shape_and_offsets
+from weightstore._reader_base import ContainerReader, Span, parse_shape_and_offsets, spans_of
 from weightstore._render import bounded_repr
-from weightstore._slice import TensorSlice, view_as_array
-from weightstore.dtypes import DType, from_safetensors
+from weightstore._slice import TensorSlice
+from weightstore.dtypes import ALL_DTYPES, DType, from_safetensors, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
@@ -26,6 +37,7 @@ from weightstore.errors import (
     LimitExceeded,
     MetadataError,
     TruncatedError,
+    WeightstoreError,
 )
 from weightstore.safetensors._layout import (
     HEADER_SIZE_FIELD,
@@ -37,6 +49,11 @@ from weightstore.safetensors._layout import (
     decode_header,
     is_text,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # header-only work never needs NumPy
 
 __all__ = ["SafetensorsReader"]
 
@@ -55,10 +72,25 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         self.path = source.name
         self.header_size = self._read_header_size(max_header_size)
         self.data_start = PREFIX_SIZE + self.header_size
-        self._metadata, descriptors = _parse_top(self._read_header(), self.path)
-        _validate_layout(descriptors, source.size - self.data_start, self.path)
+        data_size = source.size - self.data_start
+        block = self._source.read(PREFIX_SIZE, self.header_size, "the JSON header")
+        collecting = gc.isenabled()
+        gc.disable()  # a header holds thousands of small objects; collecting them costs 2x
+        try:
+            canonical = _parse_canonical(block, data_size, self.path)
+            if canonical is None:  # anything unusual: the general parser decides, and explains
+                self._metadata, in_order = _parse_top(self._decode(block), self.path)
+                _validate_layout(in_order, data_size, self.path)
+                descriptors: Mapping[str, TensorDescriptor] = {d.name: d for d in in_order}
+                self._spans = spans_of(descriptors)
+            else:
+                self._metadata, self._spans = canonical
+                descriptors = _LazyDescriptors(self._spans)
+        finally:
+            if collecting:
+                gc.enable()
         # In data order, as the file lays them out; `names()` gives them sorted.
-        self.descriptors: dict[str, TensorDescriptor] = {d.name: d for d in descriptors}
+        self.descriptors = descriptors
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -98,8 +130,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
             raise LimitExceeded("header size", header_size, max_header_size, path=self.path)
         return int(header_size)
 
-    def _read_header(self) -> Any:
-        block = self._source.read(PREFIX_SIZE, self.header_size, "the JSON header")
+    def _decode(self, block: memoryview) -> Any:
         try:
             return decode_header(block)
         except UnicodeDecodeError as err:
@@ -114,18 +145,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
 
     # -- access ---------------------------------------------------------------------------------
 
-    def get(self, name: str) -> np.ndarray[Any, Any]:
-        """One tensor as a NumPy array in its stored dtype.
-
-        A zero-copy view where the source allows it and the tensor is aligned for its dtype; a
-        copy of this tensor alone otherwise.
-
-        Raises:
-            TensorNotFoundError: no tensor of that name.
-            DTypeError: the dtype has no NumPy form (F4, F6_*); use `get_bytes`.
-        """
-        numpy_dtype = self._numpy_dtype(name)
-        return view_as_array(self.get_bytes(name), numpy_dtype, self.descriptor(name).shape)
+    # `get` is `ContainerReader.get`: one tensor as a NumPy array in its stored dtype.
 
     def get_slice(self, name: str) -> TensorSlice:
         """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
@@ -135,6 +155,132 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
             DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
         """
         return TensorSlice(self._source, self.data_start, self.descriptor(name))
+
+
+@functools.cache
+def _canonical_entry() -> re.Pattern[str]:
+    """One tensor entry exactly as the safetensors package and our writer spell it:
+    ``"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}``. The name holds no escape
+    and no control character, and numbers are JSON's (no leading zeros), so every match is
+    valid JSON that `json` would decode to the same name and integers."""
+    number = r"(?:0|[1-9][0-9]*)"
+    return re.compile(
+        rf'"([^"\\\x00-\x1f]*)":\{{"dtype":"([A-Z0-9_]+)",'
+        rf'"shape":\[((?:{number}(?:,{number})*)?)\],"data_offsets":\[({number}),({number})\]\}}'
+    )
+
+
+@functools.cache
+def _whole_byte_dtypes() -> dict[str, DType]:
+    """SafeTensors dtype names whose elements fill whole bytes (the canonical path's)."""
+    return {d.safetensors: d for d in ALL_DTYPES if d.safetensors and d.bits % 8 == 0}
+
+
+_CANONICAL_GROUPS: Final = 5  # name, dtype, shape, start, end: `re.split` interleaves them
+# NumPy 1.x's dimension limit, below 2.x's: deeper shapes take the general path, which checks
+# the installed NumPy's own (`_reader_base.MAX_DIMS`).
+_CANONICAL_MAX_DIMS: Final = 32
+
+
+def _parse_canonical(
+    block: memoryview, data_size: int, path: str | None
+) -> tuple[dict[str, str], dict[str, Span]] | None:
+    """The header's metadata and descriptors when it is laid out as writers lay it out, else
+    None (then `_parse_top` and `_validate_layout` decide, and name any fault).
+
+    The canonical layout: ``{``, optionally ``"__metadata__":{...},``, then tensor entries
+    (`_canonical_entry`) in data order joined by ``,``, then ``}`` and space padding; every
+    tensor non-empty, its dtype whole-byte, its length shape x dtype, the entries tiling the
+    data buffer. Such a header passes every check of the general path with the same result,
+    so the checks here run column-wise, over all tensors at once, with no per-tensor Python
+    code but the descriptor itself: 20,000 tensors open in ~25 ms instead of ~500 ms.
+    """
+    try:
+        text = bytes(block).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    pieces = _canonical_entry().split(text)
+    step = _CANONICAL_GROUPS + 1
+    head, tail, separators = pieces[0], pieces[-1], pieces[step:-1:step]
+    if len(pieces) == 1 or tail.rstrip(" ") != "}" or separators.count(",") != len(separators):
+        return None
+    names, dtype_names, shape_texts = pieces[1::step], pieces[2::step], pieces[3::step]
+    start_texts, end_texts = pieces[4::step], pieces[5::step]
+    # JSON numbers have one spelling each (no leading zeros), so equal texts are equal
+    # offsets: in header order, each tensor starts where the previous one ended.
+    if start_texts[0] != "0" or start_texts[1:] != end_texts[:-1]:
+        return None
+    known = _whole_byte_dtypes()
+    dtype_set = set(dtype_names)
+    if not known.keys() >= dtype_set:
+        return None
+    # Keyed by name, not DType: a DType hashes in Python, slowly.
+    itemsize_of = {name: known[name].bits // 8 for name in dtype_set}
+    try:
+        metadata = _canonical_metadata(head, path)
+        shape_of = {text: tuple(map(int, text.split(","))) if text else () for text in
+                    set(shape_texts)}  # fmt: skip
+        ends = list(map(int, end_texts))
+    except (ValueError, RecursionError, WeightstoreError):  # a metadata fault, 4,301 digits
+        return None
+    numel_of = {text: math.prod(shape) for text, shape in shape_of.items()}
+    if 0 in numel_of.values() or max(map(len, shape_of.values())) > _CANONICAL_MAX_DIMS:
+        return None  # empty tensors and deep shapes take the general path's limits
+    lengths = map(operator.mul, map(numel_of.__getitem__, shape_texts),
+                  map(itemsize_of.__getitem__, dtype_names))  # fmt: skip
+    # Non-empty lengths that match their shapes and sum to the data size: every dim is then at
+    # most the file size, within u64 and NumPy's MAX_ARRAY_SIZE.
+    if ends[-1] != data_size or list(itertools.accumulate(lengths)) != ends:
+        return None
+    columns = zip(map(known.__getitem__, dtype_names), map(shape_of.__getitem__, shape_texts),
+                  [0, *ends[:-1]], ends, strict=True)  # fmt: skip
+    spans = dict(zip(names, columns, strict=True))
+    if len(spans) != len(names) or METADATA_KEY in spans:  # a repeated name, or a tensor named
+        return None  # as the metadata: the general path refuses either, and names it
+    return metadata, spans
+
+
+class _LazyDescriptors(Mapping[str, TensorDescriptor]):
+    """A canonical header's descriptors, each built when first asked for: reads go through
+    the spans, and most loads never ask for a descriptor object at all."""
+
+    def __init__(self, spans: dict[str, Span]) -> None:
+        self._spans = spans
+        self._built: dict[str, TensorDescriptor] = {}
+
+    def __getitem__(self, name: str) -> TensorDescriptor:
+        built = self._built.get(name)
+        if built is None:
+            dtype, shape, start, end = self._spans[name]
+            built = self._built[name] = TensorDescriptor(name, dtype, shape, (start, end))
+        return built
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._spans
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._spans)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} tensors)"
+
+
+def _canonical_metadata(head: str, path: str | None) -> dict[str, str]:
+    """The metadata in the text before the first canonical entry: ``{`` alone, or ``{`` and a
+    ``"__metadata__"`` member and ``,``. Raises `ValueError` for anything else (a tensor the
+    canonical form does not cover, or a member the general path must judge)."""
+    if head == "{":
+        return {}
+    if not head.startswith(f'{{"{METADATA_KEY}":') or not head.endswith(","):
+        raise ValueError("not the canonical form")
+    # The comma closes the member only if it is outside any string: then `{member}` decodes.
+    metadata, descriptors = _parse_top(decode_header((head[:-1] + "}").encode()), path)
+    if descriptors:
+        raise ValueError("not the canonical form")
+    return metadata
 
 
 def _parse_top(top: object, path: str | None) -> tuple[dict[str, str], list[TensorDescriptor]]:

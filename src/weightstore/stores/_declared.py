@@ -48,4 +48,3 @@ class PytorchStore(Store):
     @classmethod
     def _defaults(cls) -> StoreOptions:
         return StoreOptions(map_indices_contiguous=True, skip_enum_variants=True)
-
