@@ -393,6 +393,33 @@ ROW_KEYS = (
 # -- running --------------------------------------------------------------------------------------
 
 
+def child_environment(directory: str) -> dict[str, str]:
+    """Children read compiled bytecode, as from any installed package.
+
+    The peers' bytecode was compiled when pip installed them. An editable install of ours has
+    none, and with PYTHONDONTWRITEBYTECODE set every fresh process would recompile our sources,
+    timing the compiler rather than the import. So bytecode goes to a cache in the scratch
+    directory, compiled once up front (`compile_weightstore`).
+    """
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(directory, "pycache")
+    return env
+
+
+def compile_weightstore(directory: str) -> None:
+    """Compile weightstore's modules into the children's bytecode cache."""
+    import weightstore
+
+    package = os.path.dirname(weightstore.__file__)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", package],
+        check=True,
+        env=child_environment(directory),
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def run_side(side: Side, files: Files) -> None:
     """One call of one side in a fresh process; appends its seconds (and peak RSS)."""
     if side.program is not None:
@@ -402,7 +429,12 @@ def run_side(side: Side, files: Files) -> None:
         argv = side.command(files)
     started = time.perf_counter()
     child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=files.directory
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=files.directory,
+        env=child_environment(files.directory),
     )
     stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_S)
     wall = time.perf_counter() - started
@@ -423,6 +455,7 @@ def run_measured_process(side: Side, files: Files) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=files.directory,
+        env=child_environment(files.directory),
     )
     assert child.stderr is not None
     stderr = child.stderr.read()  # until the child closes it, at exit
@@ -658,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"writing the model ({4 * shape.numel() / MB:,.1f} MB) to {directory}", flush=True)
         write_files_in_child(files, args.quick)
+        compile_weightstore(directory)
         cold_method = eviction_method(files.safetensors) if "cold" in args.rows else None
         results = []
         for row in row_specs(files, cold_method):

@@ -159,12 +159,12 @@ def _detect(path: str) -> None:
             reader.names()
 
 
-_BUILD_PARSER: Final = cli.build_parser
+_PARSER_FOR: Final = cli._parser_for  # what `cli.main` calls, with the command it will run
 
 
 @functools.cache
-def _cli_parser() -> argparse.ArgumentParser:
-    return _BUILD_PARSER()
+def _cli_parser(command: str | None) -> argparse.ArgumentParser:
+    return _PARSER_FOR(command)
 
 
 def _cli(path: str) -> None:
@@ -181,11 +181,11 @@ def _cli(path: str) -> None:
 def _cached_cli_parser() -> Iterator[None]:
     """Building the parser is four fifths of a CLI call and no input reaches it, so the target
     builds it once; put back afterwards, so that a test session sees the real function."""
-    cli.build_parser = _cli_parser
+    cli._parser_for = _cli_parser
     try:
         yield
     finally:
-        cli.build_parser = _BUILD_PARSER
+        cli._parser_for = _PARSER_FOR
 
 
 # -- leaks ----------------------------------------------------------------------------------------

@@ -112,3 +112,29 @@ def test_paths_quick_run_reports_every_issue_row(tmp_path: Path) -> None:
         assert f"| {row['title']} |" in done.stdout
     rss = rows[-1]["peak_rss_bytes"]
     assert rss["ours"] > 0 and rss["peer"] > 0 and rss["largest_tensor"] == 4 * 1000 * 64
+
+
+CONVERT_SCRIPT = SCRIPT.parent / "bench_convert_large.py"
+
+
+def test_large_convert_script_checks_values_and_the_memory_bound(tmp_path: Path) -> None:
+    # A 32 MiB model in 8 MiB tensors: the bound (8 + 128 MiB) holds trivially at this size;
+    # what this checks is that both sides run, their outputs are compared, figures recorded.
+    out = tmp_path / "convert.json"
+    done = subprocess.run(
+        [sys.executable, str(CONVERT_SCRIPT), "--size-gib", str(32 / 1024), "--tensor-mib", "8",
+         "--dir", str(tmp_path), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ok" in done.stdout.splitlines()
+    result = json.loads(out.read_text())
+    assert result["tensors"] == 4 and result["largest_tensor_bytes"] == 8 << 20
+    assert result["within_bound"] is True
+    assert result["ours"]["peak_rss"] <= result["bound_bytes"]
+    for side in ("ours", "peer"):
+        assert result[side]["seconds"] > 0 and result[side]["peak_rss"] > 0
+    assert (tmp_path / "ours.safetensors").stat().st_size > 32 << 20

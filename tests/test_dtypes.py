@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -81,3 +84,24 @@ def test_unknown_names_are_refused(bad: tuple[object, object]) -> None:
     value, lookup = bad
     with pytest.raises(DTypeError):
         lookup(value)  # type: ignore[operator]
+
+
+def test_rows_compare_by_identity_or_fields_and_hash_by_name() -> None:
+    f32 = dtypes.from_name("F32")
+    copy = dtypes.DType("F32", 32, "f", "F32", "F32", "float32", "<f4")
+    assert f32 == copy and hash(f32) == hash(copy) == hash("F32")
+    assert {f32: 1}[copy] == 1
+    assert f32 != dtypes.from_name("FLEX32")  # same NumPy dtype, another row
+    assert dtypes.from_name("BOOL_U8") != dtypes.from_name("U8")
+    assert f32 != "F32"
+
+
+def test_from_numpy_of_a_native_dtype_imports_no_ml_dtypes() -> None:
+    code = (
+        "import sys, numpy as np\nfrom weightstore import dtypes\n"
+        "assert dtypes.from_numpy(np.float32).name == 'F32'\n"
+        "assert dtypes.from_numpy(np.dtype('>u2')).name == 'U16'\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "import ml_dtypes\nassert dtypes.from_numpy(ml_dtypes.bfloat16).name == 'BF16'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -35,6 +35,7 @@ def test_registry_loads_no_reader() -> None:
     loaded = _loaded_after("import weightstore.formats")
     assert loaded.isdisjoint({"cbor2", "ml_dtypes", "tqdm", "torch"})
     assert "weightstore.burnpack._reader" not in loaded
+    assert "weightstore.burnpack._layout" not in loaded  # the record carries magic and extension
     assert "weightstore.pytorch_reader._machine" not in loaded
 
 
@@ -84,10 +85,33 @@ def test_inspect_json_of_safetensors_loads_only_its_command(tmp_path: Path) -> N
     assert "weightstore.pytorch_reader._machine" not in loaded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_reader_base.MAX_DIMS/MAX_ARRAY_SIZE and pytorch_reader._layout.MAX_ARRAY_SIZE "
-    "are computed with NumPy at import",
-)
 def test_inspect_json_of_safetensors_loads_no_numpy(tmp_path: Path) -> None:
     assert "numpy" not in _inspect_json(tmp_path)
+
+
+def test_inspect_json_of_burnpack_loads_cbor2_but_no_numpy(tmp_path: Path) -> None:
+    from weightstore.burnpack import write_bytes as write_burnpack
+
+    path = tmp_path / "m.bpk"
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    path.write_bytes(write_burnpack([TensorEntry.from_array("w", data)]))
+    loaded = _loaded_after(
+        f"from weightstore.cli import main\nassert main(['inspect', '--json', {str(path)!r}]) == 0"
+    )
+    assert "cbor2" in loaded  # the header is CBOR
+    assert loaded.isdisjoint({"numpy", "ml_dtypes", "tqdm", "torch"}), loaded & set(HEAVY)
+
+
+def test_module_snapshot_defers_the_model_walking_machinery() -> None:
+    loaded = _loaded_after("from weightstore.module_snapshot import load_from, save_into")
+    assert "weightstore.transfer" not in loaded
+    assert "weightstore.bridge" not in loaded
+
+
+def test_module_snapshot_re_exports_transfer_functions_on_first_use() -> None:
+    from weightstore import module_snapshot, transfer
+
+    assert module_snapshot.apply is transfer.apply
+    assert module_snapshot.collect is transfer.collect
+    with pytest.raises(AttributeError, match="no_such_name"):
+        module_snapshot.no_such_name  # noqa: B018

@@ -8,6 +8,7 @@ and releasing the file are the same and live here once. The shape check holds Nu
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
@@ -39,10 +40,12 @@ MAX_U64: Final = 2**64 - 1  # both headers store shapes and offsets as u64 (Rust
 # passes every length check (a zero-element tensor spans 0 bytes whatever its dims), then fails
 # inside NumPy at first touch with a bare ValueError; so both are checked at open. Neither is
 # a reader option: no file can raise what NumPy can hold.
-MAX_DIMS: Final = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32  # NPY_MAXDIMS
+# Plain constants, not asked of NumPy, so header-only work never imports it (pyproject pins
+# numpy>=2.0, whose limits these are).
+MAX_DIMS: Final = 64  # NumPy 2's NPY_MAXDIMS
 # ssize_t (np.intp): NumPy refuses a dim, an element count or a byte count past it. It multiplies
 # itemsize by every non-zero dim, so a zero-element (2**61, 0) float32 tensor is "too big" too.
-MAX_ARRAY_SIZE: Final = int(np.iinfo(np.intp).max)
+MAX_ARRAY_SIZE: Final = sys.maxsize  # ssize_t max, = np.iinfo(np.intp).max
 
 
 def is_u64(value: object) -> bool:
@@ -192,6 +195,12 @@ class ContainerReader(Generic[DescriptorT]):
         for a 312 MiB burnpack file in our benchmark)."""
         spans = self._spans
         return sorted(spans, key=lambda name: spans[name][2:])
+
+    def tensor_infos(self) -> list[tuple[str, DType, tuple[int, ...], int | None]]:
+        """Name, dtype, shape and param id of every tensor, in file order: what a snapshot
+        needs, from the spans, without building a descriptor object per tensor."""
+        spans = self._spans
+        return [(name, *spans[name][:2], None) for name in self.names_in_file_order()]
 
     def __contains__(self, name: object) -> bool:
         return name in self.descriptors

@@ -196,7 +196,6 @@ def _default_message(error: ApplyError) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class PrefixChange:
     """The source's names are the model's with one leading prefix changed: the usual reason a
     load matches almost nothing (``module.`` from DataParallel, ``model.`` from a training
@@ -211,10 +210,29 @@ class PrefixChange:
         missing: how many paths are missing in all.
     """
 
-    source_prefix: str
-    model_prefix: str
-    explained: int
-    missing: int
+    # A plain class, not a dataclass: this module is on `import weightstore.stores`'s path, and
+    # generating a dataclass costs more than the whole record.
+    __slots__ = ("explained", "missing", "model_prefix", "source_prefix")
+
+    def __init__(self, source_prefix: str, model_prefix: str, explained: int, missing: int) -> None:
+        self.source_prefix: Final = source_prefix
+        self.model_prefix: Final = model_prefix
+        self.explained: Final = explained
+        self.missing: Final = missing
+
+    def _fields(self) -> tuple[str, str, int, int]:
+        return (self.source_prefix, self.model_prefix, self.explained, self.missing)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PrefixChange):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "PrefixChange({!r}, {!r}, {!r}, {!r})".format(*self._fields())
 
     @property
     def top_level_key(self) -> str | None:
@@ -483,7 +501,6 @@ class ApplyResult:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True, slots=True)
 class LoadRules:
     """What fails a load, as a store's or a record's options say; `failure` applies them.
 
@@ -497,9 +514,20 @@ class LoadRules:
         allow_unused: unused source tensors do not fail it (stores: always).
     """
 
-    validate: bool = True
-    allow_partial: bool = False
-    allow_unused: bool = True
+    __slots__ = ("allow_partial", "allow_unused", "validate")  # plain class: see PrefixChange
+
+    def __init__(
+        self, validate: bool = True, allow_partial: bool = False, allow_unused: bool = True
+    ) -> None:
+        self.validate: Final = validate
+        self.allow_partial: Final = allow_partial
+        self.allow_unused: Final = allow_unused
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadRules(validate={self.validate}, allow_partial={self.allow_partial}, "
+            f"allow_unused={self.allow_unused})"
+        )
 
     def failure(self, result: ApplyResult) -> LoadFailure | None:
         """The first rule `result` breaks, or None; checked in this order: errors (with

@@ -140,6 +140,20 @@ class DType:
     def __repr__(self) -> str:
         return f"DType({self.name})"
 
+    # Table rows are shared singletons, so identity settles nearly every comparison; other
+    # instances still compare field by field (as the dataclass did), and equal rows share a name.
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, DType):
+            return NotImplemented
+        mine = (self.name, self.bits, self.kind, self.burnpack, self.safetensors, self.torch)
+        return mine == (other.name, other.bits, other.kind, other.burnpack, other.safetensors,
+                        other.torch)  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
 
 _ML_DTYPES_PREFIX: Final = "ml_dtypes."
 
@@ -223,14 +237,21 @@ _BY_TORCH: Final = {d.torch: d for d in ALL_DTYPES if d.torch}
 # NumPy lookups prefer the first row holding a NumPy dtype: F32 before FLEX32, BOOL before words.
 # Filled on the first `from_numpy`, since its keys are NumPy dtypes.
 _BY_NUMPY: Final[dict[np.dtype[Any], DType]] = {}
+_ML_DTYPES_INDEXED: Final[list[bool]] = [False]  # whether _BY_NUMPY holds ml_dtypes rows yet
 
 
-def _fill_numpy_index() -> dict[np.dtype[Any], DType]:
+def _fill_numpy_index(with_ml_dtypes: bool) -> dict[np.dtype[Any], DType]:
+    """Index rows by NumPy dtype: NumPy's own first, ml_dtypes' only once a lookup misses, so
+    ``from_numpy(float32)`` never imports ml_dtypes. The two sets never share a dtype, and
+    earlier rows win (F32 over FLEX32, BOOL over Burn's word bools)."""
     _BY_NUMPY.update(
         (d.numpy, d)
         for d in reversed(ALL_DTYPES)
-        if d.numpy is not None and (d.kind != "b" or d.name == "BOOL")
+        if (d.numpy_spec or "").startswith(_ML_DTYPES_PREFIX) == with_ml_dtypes
+        and d.numpy is not None
+        and (d.kind != "b" or d.name == "BOOL")
     )
+    _ML_DTYPES_INDEXED[0] = _ML_DTYPES_INDEXED[0] or with_ml_dtypes
     return _BY_NUMPY
 
 
@@ -288,10 +309,12 @@ def from_numpy(dtype: np.dtype[Any] | type) -> DType:
     key = np.dtype(dtype)
     if key.byteorder == ">":
         key = key.newbyteorder("<")
-    try:
-        return (_BY_NUMPY or _fill_numpy_index())[key]
-    except KeyError:
-        raise DTypeError(f"NumPy dtype {key} has no weightstore equivalent") from None
+    row = (_BY_NUMPY or _fill_numpy_index(with_ml_dtypes=False)).get(key)
+    if row is None and not _ML_DTYPES_INDEXED[0]:
+        row = _fill_numpy_index(with_ml_dtypes=True).get(key)
+    if row is None:
+        raise DTypeError(f"NumPy dtype {key} has no weightstore equivalent")
+    return row
 
 
 def from_torch(name: str) -> DType:

@@ -9,17 +9,31 @@ store)``), the Python form of Burn's extension trait. Plain functions work on an
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyResult
-from weightstore.paths import PathFilter
-from weightstore.snapshot import TensorSnapshot
-from weightstore.stores import Store
-from weightstore.transfer import apply, collect
+if TYPE_CHECKING:  # at run time these load with the first call, not with this module
+    from weightstore.adapters import Adapter
+    from weightstore.apply_result import ApplyResult
+    from weightstore.paths import PathFilter
+    from weightstore.snapshot import TensorSnapshot
+    from weightstore.stores import Store
+    from weightstore.transfer import apply, collect
 
 __all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
+
+_FROM_TRANSFER = frozenset({"apply", "collect"})
+
+
+def __getattr__(name: str) -> Any:
+    """`apply` and `collect` are `weightstore.transfer`'s own functions, imported on first use
+    so that ``from weightstore import load_from`` loads no model-walking machinery."""
+    if name not in _FROM_TRANSFER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("weightstore.transfer"), name)
+    globals()[name] = value
+    return value
 
 
 def save_into(model: object, store: Store) -> str | None:
@@ -80,6 +94,8 @@ class ModuleSnapshot:
         self, filter: PathFilter | None = None, adapter: Adapter | None = None
     ) -> list[TensorSnapshot]:
         """This model's tensors as lazy snapshots (`weightstore.collect` on `self`)."""
+        from weightstore.transfer import collect
+
         return collect(self, filter, adapter)
 
     def apply(
@@ -95,6 +111,8 @@ class ModuleSnapshot:
         """
         if callable(snapshots):
             return getattr(super(), "apply")(snapshots)  # noqa: B009  (torch's Module.apply)
+        from weightstore.transfer import apply
+
         return apply(self, snapshots, filter, adapter)
 
     def save_into(self, store: Store) -> str | None:

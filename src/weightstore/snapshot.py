@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from weightstore._format import TensorReader
+from weightstore._reader_base import ContainerReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import WeightstoreError
 
@@ -119,12 +120,18 @@ class TensorSnapshot:
 def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
     """Lazy snapshots of every tensor a container reader holds, in file order (reading them in
     this order streams the file). Nothing is read until a snapshot's data is asked for."""
-    snapshots = []
-    for name in reader.names_in_file_order():
-        info = reader.descriptor(name)
-        load = functools.partial(reader.get, name)
-        path = tuple(name.split("."))
-        snapshots.append(
-            TensorSnapshot(path, info.dtype, tuple(info.shape), load, (), info.param_id)
-        )
-    return snapshots
+    get = reader.get
+    if isinstance(reader, ContainerReader):  # from its spans: no descriptor object per tensor
+        infos = reader.tensor_infos()
+    else:
+        describe = reader.descriptor
+        infos = [
+            (name, info.dtype, tuple(info.shape), info.param_id)
+            for name in reader.names_in_file_order()
+            for info in (describe(name),)
+        ]
+    partial, split = functools.partial, str.split
+    return [
+        TensorSnapshot(tuple(split(name, ".")), dtype, shape, partial(get, name), (), param_id)
+        for name, dtype, shape, param_id in infos
+    ]

@@ -130,3 +130,30 @@ def test_a_tensor_numpy_cannot_hold_is_listed_not_fatal(tmp_path: Path) -> None:
     done = run_cli("inspect", path)
     assert done.returncode == 0, done.stderr
     assert "wide" in done.stdout and "unreadable tensor" in done.stdout
+
+
+def test_fuzz_cli_target_builds_each_commands_parser_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fuzz harness caches what `cli.main` calls for its parser; a miss would rebuild it on
+    every input and slow the fuzzer about fivefold."""
+    from fuzz import targets
+    from weightstore import cli
+    from weightstore.entry import TensorEntry
+    from weightstore.safetensors import write_bytes
+
+    built: list[str | None] = []
+    real = targets._PARSER_FOR
+    monkeypatch.setattr(
+        targets, "_PARSER_FOR", lambda command: built.append(command) or real(command)
+    )
+    targets._cli_parser.cache_clear()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(write_bytes([TensorEntry.from_array("w", np.ones(2, np.float32))]))
+    try:
+        targets._cli(str(path))
+        targets._cli(str(path))
+    finally:
+        targets._cli_parser.cache_clear()
+    assert sorted(map(str, built)) == ["inspect", "verify"]
+    assert cli._parser_for is not targets._cli_parser  # put back after each call

@@ -20,14 +20,14 @@ This module imports no other bridge module; `bridge_for` (in the package) picks 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from weightstore.dtypes import DType
 from weightstore.errors import WeightstoreError
 from weightstore.snapshot import TensorSnapshot
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "READ_ERRORS",
@@ -54,14 +54,21 @@ READ_ERRORS: Final = (WeightstoreError, ValueError, RuntimeError, TypeError)
 error for that tensor and the load goes on; anything else is a bug and propagates."""
 
 
-@dataclass(frozen=True, slots=True)
 class Target:
     """One tensor slot in a model that a load can fill."""
 
-    path: str
-    container: tuple[str, ...]
-    dtype: DType
-    shape: tuple[int, ...]
+    __slots__ = ("container", "dtype", "path", "shape")
+
+    def __init__(
+        self, path: str, container: tuple[str, ...], dtype: DType, shape: tuple[int, ...]
+    ) -> None:
+        self.path: Final = path
+        self.container: Final = container
+        self.dtype: Final = dtype
+        self.shape: Final = shape
+
+    def __repr__(self) -> str:
+        return f"Target({self.path!r}, {self.container!r}, {self.dtype.name}, {self.shape!r})"
 
     @property
     def container_path(self) -> str:
@@ -74,7 +81,6 @@ class Target:
         return self.container[-1] if self.container else None
 
 
-@dataclass(frozen=True, slots=True)
 class PendingTensor:
     """A source tensor matched to a model path and checked against it, not yet read.
 
@@ -86,12 +92,17 @@ class PendingTensor:
         param_id: the source's parameter identity, restored on the loaded tensor.
     """
 
-    read: ArrayReader
-    dtype: DType
-    param_id: int | None = None
+    __slots__ = ("dtype", "param_id", "read")
+
+    def __init__(self, read: ArrayReader, dtype: DType, param_id: int | None = None) -> None:
+        self.read: Final = read
+        self.dtype: Final = dtype
+        self.param_id: Final = param_id
+
+    def __repr__(self) -> str:
+        return f"PendingTensor({self.dtype.name}, param_id={self.param_id})"
 
 
-@dataclass(frozen=True, slots=True)
 class LoadPlan:
     """What one load asks of a bridge.
 
@@ -104,12 +115,22 @@ class LoadPlan:
             excluded by the filter, or failed the shape or dtype checks.
     """
 
-    tensors: Mapping[str, PendingTensor]
-    spare: Mapping[str, ArrayReader] = field(default_factory=dict)
-    blocked: frozenset[str] = frozenset()
+    __slots__ = ("blocked", "spare", "tensors")
+
+    def __init__(
+        self,
+        tensors: Mapping[str, PendingTensor],
+        spare: Mapping[str, ArrayReader] | None = None,
+        blocked: frozenset[str] = frozenset(),
+    ) -> None:
+        self.tensors: Final = tensors
+        self.spare: Final[Mapping[str, ArrayReader]] = {} if spare is None else spare
+        self.blocked: Final = blocked
+
+    def __repr__(self) -> str:
+        return f"LoadPlan({list(self.tensors)}, spare={list(self.spare)}, blocked={self.blocked})"
 
 
-@dataclass(slots=True)
 class LoadOutcome:
     """What a bridge's `load` did.
 
@@ -120,9 +141,27 @@ class LoadOutcome:
         taken: spare source names the model's code consumed (removed from what it was given).
     """
 
-    loaded: set[str] = field(default_factory=set)
-    errors: dict[str, str] = field(default_factory=dict)
-    taken: set[str] = field(default_factory=set)
+    __slots__ = ("errors", "loaded", "taken")
+
+    def __init__(
+        self,
+        loaded: set[str] | None = None,
+        errors: dict[str, str] | None = None,
+        taken: set[str] | None = None,
+    ) -> None:
+        self.loaded: set[str] = set() if loaded is None else loaded
+        self.errors: dict[str, str] = {} if errors is None else errors
+        self.taken: set[str] = set() if taken is None else taken
+
+    def __repr__(self) -> str:
+        return f"LoadOutcome(loaded={self.loaded}, errors={self.errors}, taken={self.taken})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LoadOutcome):
+            return NotImplemented
+        return (self.loaded, self.errors, self.taken) == (other.loaded, other.errors, other.taken)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaced
 
 
 @runtime_checkable
@@ -204,7 +243,6 @@ def is_torch_tensor(value: object) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class LoadReach:
     """Where a model's own load code may act beyond name matching, known before it runs.
 
@@ -223,9 +261,29 @@ class LoadReach:
             running stats drops ``running_mean`` and ``running_var``).
     """
 
-    prefixes: tuple[str, ...] = ()
-    defaults: frozenset[str] = frozenset()
-    consumed: frozenset[str] = frozenset()
+    __slots__ = ("consumed", "defaults", "prefixes")
+
+    def __init__(
+        self,
+        prefixes: tuple[str, ...] = (),
+        defaults: frozenset[str] = frozenset(),
+        consumed: frozenset[str] = frozenset(),
+    ) -> None:
+        self.prefixes: Final = prefixes
+        self.defaults: Final = defaults
+        self.consumed: Final = consumed
+
+    def __repr__(self) -> str:
+        return f"LoadReach({self.prefixes!r}, {self.defaults!r}, {self.consumed!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LoadReach):
+            return NotImplemented
+        mine = (self.prefixes, self.defaults, self.consumed)
+        return mine == (other.prefixes, other.defaults, other.consumed)
+
+    def __hash__(self) -> int:
+        return hash((self.prefixes, self.defaults, self.consumed))
 
     def may_supply(self, path: str) -> bool:
         """Whether model code may fill `path` from the source's data."""

@@ -97,6 +97,11 @@ class LazyStateDict(MutableMapping[str, Any]):
         items = {key: value for key, value in self._items.items() if key.startswith(prefix)}
         return LazyStateDict(items, self._ledger, convert)
 
+    def converting(self, convert: Convert) -> LazyStateDict:
+        """This view's keys and values, read through `convert`: shares the dict, so only for
+        a view whose dict nothing else holds (one from `by_child` or `empty`)."""
+        return LazyStateDict(self._items, self._ledger, convert)
+
     def by_child(self, prefix: str) -> dict[str, LazyStateDict]:
         """This view's keys under ``prefix + child + "."``, grouped by child name, values still
         unread: what `prefixed` would give each child of the module at `prefix`, in one pass

@@ -350,22 +350,22 @@ class TorchBridge:
         self._finish(plan, loaded)
         return LoadOutcome(loaded, errors, set(ledger.taken))
 
-    def _visit(
-        self, module: torch.nn.Module, parent: LazyStateDict, prefix: str, run: _Run
-    ) -> None:
-        """Load `module`, then its children, then run its post hooks (torch's inner `load`)."""
+    def _visit(self, module: torch.nn.Module, keys: LazyStateDict, prefix: str, run: _Run) -> None:
+        """Load `module`, then its children, then run its post hooks (torch's inner `load`).
+        `keys` holds only keys under `prefix`, in a dict of this module's own (as torch's
+        filtered copy is), so it is wrapped, not copied."""
         retied = self._retie(module)
         local = _local_tensors(module)
         assign = any(tensor.is_meta for tensor in local.values())
         if assign:
-            view = parent.prefixed(prefix, self._assign_source)
+            view = keys.converting(self._assign_source)
             for name in retied:  # assigning the tie's own tensor keeps it tied
                 if f"{prefix}{name}" in view:
                     view[f"{prefix}{name}"] = local[name]
         else:
             self._keep_source_dtypes(module, prefix, run.plan)
-            view = parent.prefixed(prefix, _copy_source)
-        self._load_module(module, view, prefix, assign, run)
+            view = keys.converting(_copy_source)
+        self._load_module(module, view, prefix, local, assign, run)
         by_child = view.by_child(prefix)  # one pass, not one per child: torch's filter, grouped
         for name, child in module._modules.items():
             if child is not None:
@@ -373,11 +373,16 @@ class TorchBridge:
         self._post_hooks(module, prefix, run)
 
     def _load_module(
-        self, module: torch.nn.Module, view: LazyStateDict, prefix: str, assign: bool, run: _Run
+        self,
+        module: torch.nn.Module,
+        view: LazyStateDict,
+        prefix: str,
+        before: dict[str, torch.Tensor],
+        assign: bool,
+        run: _Run,
     ) -> None:
         """Run the module's ``_load_from_state_dict`` (pre-hooks included) and file what torch
-        reports under the keys it is about."""
-        before = _local_tensors(module)
+        reports under the keys it is about. `before` is the module's `_local_tensors` now."""
         local_keys = [f"{prefix}{name}" for name in before]
         first_message = len(run.error_msgs)
         metadata = {"assign_to_params_buffers": True} if assign else {}
@@ -399,6 +404,8 @@ class TorchBridge:
 
     def _post_hooks(self, module: torch.nn.Module, prefix: str, run: _Run) -> None:
         """Run the module's load post hooks on the shared lists, which they may edit in place."""
+        if not module._load_state_dict_post_hooks:
+            return  # most modules have none: no keys tuple to build
         incompatible = _IncompatibleKeys(run.missing_keys, run.unexpected_keys)
         for hook in module._load_state_dict_post_hooks.values():
             try:

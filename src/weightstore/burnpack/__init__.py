@@ -12,25 +12,22 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from weightstore.burnpack._format import FORMAT
-from weightstore.burnpack._layout import (
-    EXTENSION,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    MAGIC,
-    MAGIC_BYTES,
-    MAX_CBOR_DEPTH,
-    MAX_FILE_SIZE,
-    MAX_METADATA_SIZE,
-    MAX_TENSOR_COUNT,
-    MAX_TENSOR_SIZE,
-    TENSOR_ALIGNMENT,
-    Scalar,
-    TensorDescriptor,
-    data_start,
-)
+from weightstore.burnpack._format import EXTENSION, FORMAT, MAGIC, MAGIC_BYTES
 
 if TYPE_CHECKING:
+    from weightstore.burnpack._layout import (
+        FORMAT_VERSION,
+        HEADER_SIZE,
+        MAX_CBOR_DEPTH,
+        MAX_FILE_SIZE,
+        MAX_METADATA_SIZE,
+        MAX_TENSOR_COUNT,
+        MAX_TENSOR_SIZE,
+        TENSOR_ALIGNMENT,
+        Scalar,
+        TensorDescriptor,
+        data_start,
+    )
     from weightstore.burnpack._reader import BurnpackReader
     from weightstore.burnpack._writer import BurnpackWriter
     from weightstore.entry import TensorEntry
@@ -87,9 +84,20 @@ def write_file(
     return writer.save(path, overwrite=overwrite, auto_extension=auto_extension, durable=durable)
 
 
-# The reader and writer (and cbor2, NumPy) load on first use: the format registry imports this
-# package for `FORMAT`, and most programs never open a burnpack file.
-_LAZY: dict[str, str] = {"BurnpackReader": "_reader", "BurnpackWriter": "_writer"}
+# The layout, reader and writer (and cbor2, NumPy) load on first use: the format registry
+# imports this package for `FORMAT`, and most programs never open a burnpack file.
+_LAZY: dict[str, str] = {
+    "BurnpackReader": "_reader",
+    "BurnpackWriter": "_writer",
+    **dict.fromkeys(
+        (
+            "FORMAT_VERSION", "HEADER_SIZE", "MAX_CBOR_DEPTH", "MAX_FILE_SIZE",
+            "MAX_METADATA_SIZE", "MAX_TENSOR_COUNT", "MAX_TENSOR_SIZE", "TENSOR_ALIGNMENT",
+            "Scalar", "TensorDescriptor", "data_start",
+        ),
+        "_layout",
+    ),
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._render import bounded_repr
+
+# Defined beside the registry record, which needs them without this module; re-exported here.
+from weightstore.burnpack._format import EXTENSION as EXTENSION
+from weightstore.burnpack._format import MAGIC as MAGIC
+from weightstore.burnpack._format import MAGIC_BYTES as MAGIC_BYTES
 from weightstore.dtypes import DType, import_on_first_use
 
 if TYPE_CHECKING:
@@ -41,11 +46,8 @@ else:
 
 HEADER: Final = struct.Struct("<IHI")  # magic, version, metadata_size
 HEADER_SIZE: Final = HEADER.size  # 10 bytes
-MAGIC: Final = 0x4255524E  # "BURN" as a u32; "NRUB" as bytes
-MAGIC_BYTES: Final = MAGIC.to_bytes(4, "little")  # how a file starts: b"NRUB"
 FORMAT_VERSION: Final = 1  # newest version this reader accepts (Burn accepts 0 too)
 TENSOR_ALIGNMENT: Final = 256  # bytes; keeps mmap views of every dtype aligned
-EXTENSION: Final = "bpk"  # what Burn appends to a path without an extension
 
 # Checked before anything is allocated. Values are Burn's; changing one is a format decision.
 MAX_METADATA_SIZE: Final = 100 * 2**20  # bytes of CBOR

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cbor2
-import numpy as np
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
 from weightstore._format import path_for_read
@@ -38,7 +37,7 @@ from weightstore.burnpack._layout import (
     decode_metadata,
     duplicate_key_in,
 )
-from weightstore.dtypes import DType, from_burnpack
+from weightstore.dtypes import DType, from_burnpack, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
@@ -48,6 +47,11 @@ from weightstore.errors import (
     TruncatedError,
     UnsupportedVersionError,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # header-only work never needs NumPy
 
 __all__ = ["BurnpackReader"]
 
@@ -80,6 +84,15 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         )
         self._validate_layout()
         self._spans = spans_of(self.descriptors)
+
+    def tensor_infos(self) -> list[tuple[str, DType, tuple[int, ...], int | None]]:
+        """The base's, with each tensor's param id (burnpack stores one)."""
+        descriptors = self.descriptors
+        return [
+            (name, d.dtype, d.shape, d.param_id)
+            for name in self.names_in_file_order()
+            for d in (descriptors[name],)
+        ]
 
     # -- constructors ---------------------------------------------------------------------------
 

@@ -16,10 +16,8 @@ Regex syntax is Rust's or Python's; `weightstore.paths._regex` says what is tran
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TypeAlias
 
 from weightstore.errors import InvalidOptionError
@@ -40,9 +38,11 @@ def _strings(values: Iterable[str], what: str) -> tuple[str, ...]:
     return items
 
 
-@dataclass(frozen=True, slots=True)
 class PathFilter:
     """Select tensors by path; immutable, each builder method returns a new filter.
+
+    A plain class, not a dataclass: this module loads with every store, and generating the
+    dataclass cost more at import than the class does in use.
 
     Example:
         >>> keep = PathFilter().with_regex(r"^encoder\\.").with_full_path("head.weight")
@@ -56,17 +56,50 @@ class PathFilter:
         accept_all: set by `match_all()`; matches every path whatever else is set.
     """
 
-    regexes: tuple[re.Pattern[str], ...] = ()
-    full_paths: tuple[str, ...] = ()
-    predicates: tuple[PathPredicate, ...] = ()
-    accept_all: bool = False
-    _full_path_set: frozenset[str] = dataclasses.field(
-        init=False, repr=False, compare=False, default=frozenset()
-    )
+    __slots__ = ("_full_path_set", "accept_all", "full_paths", "predicates", "regexes")
 
-    def __post_init__(self) -> None:
+    regexes: tuple[re.Pattern[str], ...]
+    full_paths: tuple[str, ...]
+    predicates: tuple[PathPredicate, ...]
+    accept_all: bool
+    _full_path_set: frozenset[str]
+
+    def __init__(
+        self,
+        regexes: tuple[re.Pattern[str], ...] = (),
+        full_paths: tuple[str, ...] = (),
+        predicates: tuple[PathPredicate, ...] = (),
+        accept_all: bool = False,
+    ) -> None:
+        set_field = object.__setattr__  # frozen: `__setattr__` refuses every later change
+        set_field(self, "regexes", regexes)
+        set_field(self, "full_paths", full_paths)
+        set_field(self, "predicates", predicates)
+        set_field(self, "accept_all", accept_all)
         # A set beside the ordered tuple: a load may test thousands of paths against it.
-        object.__setattr__(self, "_full_path_set", frozenset(self.full_paths))
+        set_field(self, "_full_path_set", frozenset(full_paths))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"PathFilter is immutable; its builders return a new one, not {name!r}"
+        )
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.regexes, self.full_paths, self.predicates, self.accept_all)
+
+    def __repr__(self) -> str:
+        return (
+            f"PathFilter(regexes={self.regexes!r}, full_paths={self.full_paths!r}, "
+            f"predicates={self.predicates!r}, accept_all={self.accept_all!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not PathFilter:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
     def with_regex(self, pattern: str) -> PathFilter:
         """Also match paths in which `pattern` is found (unanchored; use ``^``/``$`` to anchor).
@@ -74,7 +107,12 @@ class PathFilter:
         Raises:
             InvalidOptionError: `pattern` does not compile or uses Rust syntax re would misread.
         """
-        return dataclasses.replace(self, regexes=(*self.regexes, compile_pattern(pattern)))
+        return PathFilter(
+            (*self.regexes, compile_pattern(pattern)),
+            self.full_paths,
+            self.predicates,
+            self.accept_all,
+        )
 
     def with_regexes(self, patterns: Iterable[str]) -> PathFilter:
         """`with_regex` for each pattern; none is added unless all compile.
@@ -83,7 +121,9 @@ class PathFilter:
             InvalidOptionError: a pattern does not compile, or `patterns` is a bare str.
         """
         compiled = tuple(compile_pattern(p) for p in _strings(patterns, "with_regexes"))
-        return dataclasses.replace(self, regexes=(*self.regexes, *compiled))
+        return PathFilter(
+            (*self.regexes, *compiled), self.full_paths, self.predicates, self.accept_all
+        )
 
     def with_full_path(self, path: str) -> PathFilter:
         """Also match exactly `path` (dot-joined, as the store names tensors)."""
@@ -96,7 +136,9 @@ class PathFilter:
             InvalidOptionError: `paths` is a bare str or holds something other than str.
         """
         added = _strings(paths, "with_full_paths")
-        return dataclasses.replace(self, full_paths=(*self.full_paths, *added))
+        return PathFilter(
+            self.regexes, (*self.full_paths, *added), self.predicates, self.accept_all
+        )
 
     def with_predicate(self, predicate: PathPredicate) -> PathFilter:
         """Also match when ``predicate(path, container_path)`` is true.
@@ -109,11 +151,13 @@ class PathFilter:
         """
         if not callable(predicate):
             raise InvalidOptionError(f"with_predicate takes a callable, got {predicate!r}")
-        return dataclasses.replace(self, predicates=(*self.predicates, predicate))
+        return PathFilter(
+            self.regexes, self.full_paths, (*self.predicates, predicate), self.accept_all
+        )
 
     def match_all(self) -> PathFilter:
         """A filter that matches every path; other criteria are kept but no longer matter."""
-        return dataclasses.replace(self, accept_all=True)
+        return PathFilter(self.regexes, self.full_paths, self.predicates, accept_all=True)
 
     @property
     def is_empty(self) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from weightstore.errors import InvalidOptionError
@@ -61,8 +60,10 @@ _POSIX_CLASSES: Final[dict[str, str]] = {
     "xdigit": "0-9A-Fa-f",
 }
 
-_BRACED_HEX: Final = re.compile(r"\\[xuU]\{([0-9A-Fa-f]{1,8})\}")
-_POSIX_CLASS: Final = re.compile(r"\[:(\^?)([a-z]+):\]")
+# Pattern texts, compiled at first use through re's own cache: compiling them at import would
+# cost every `import weightstore.stores`, and most processes never translate a pattern.
+_BRACED_HEX: Final = r"\\[xuU]\{([0-9A-Fa-f]{1,8})\}"
+_POSIX_CLASS: Final = r"\[:(\^?)([a-z]+):\]"
 _CLASS_OPERATORS: Final = ("&&", "--", "~~")
 
 
@@ -74,7 +75,7 @@ def _translate_escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
     """The Python spelling of the escape starting at `pattern[i]` (a backslash), and its end."""
     if pattern.startswith(("\\p", "\\P"), i):
         raise _bad_pattern(pattern, "uses a Unicode property (\\p); Python's re has none")
-    braced = _BRACED_HEX.match(pattern, i)
+    braced = re.compile(_BRACED_HEX).match(pattern, i)
     if braced:
         return f"\\U{int(braced.group(1), 16):08X}", braced.end()
     if not in_class:
@@ -86,7 +87,7 @@ def _translate_escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
 
 def _translate_posix(pattern: str, i: int) -> tuple[str, int]:
     """The body of an ASCII class such as `[:alpha:]` inside brackets, and its end."""
-    found = _POSIX_CLASS.match(pattern, i)
+    found = re.compile(_POSIX_CLASS).match(pattern, i)
     if not found or found.group(2) not in _POSIX_CLASSES or found.group(1):
         raise _bad_pattern(pattern, f"has a nested class at position {i}; re has none")
     return _POSIX_CLASSES[found.group(2)], found.end()
@@ -146,17 +147,31 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         raise _bad_pattern(pattern, f"does not compile: {err}") from err
 
 
-@dataclass(frozen=True, slots=True)
 class GroupRef:
-    """A capture-group reference inside a replacement: a number or a name."""
+    """A capture-group reference inside a replacement: a number or a name.
 
-    key: int | str
+    A plain class, not a dataclass: this module loads with every store, and generating a
+    dataclass costs more at import than the whole class does in use."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int | str) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"GroupRef(key={self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is GroupRef and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash((GroupRef, self.key))
 
 
 Replacement: TypeAlias = "tuple[str | GroupRef, ...]"
 
-_RUST_NAME: Final = re.compile(r"[_0-9A-Za-z]+")
-_PYTHON_REF: Final = re.compile(r"\\(?:([1-9][0-9]?)|g<([^>]*)>|(\\))")
+_RUST_NAME: Final = r"[_0-9A-Za-z]+"  # compiled at first use, as above
+_PYTHON_REF: Final = r"\\(?:([1-9][0-9]?)|g<([^>]*)>|(\\))"
 
 
 def _group_key(text: str) -> int | str:
@@ -173,7 +188,7 @@ def _read_dollar(replacement: str, i: int) -> tuple[str | GroupRef, int]:
         if close > i + 2:
             return GroupRef(_group_key(replacement[i + 2 : close])), close + 1
         return "$", i + 1
-    name = _RUST_NAME.match(replacement, i + 1)
+    name = re.compile(_RUST_NAME).match(replacement, i + 1)
     if name is None:
         return "$", i + 1
     return GroupRef(_group_key(name.group())), name.end()
@@ -181,7 +196,7 @@ def _read_dollar(replacement: str, i: int) -> tuple[str | GroupRef, int]:
 
 def _read_backslash(replacement: str, i: int) -> tuple[str | GroupRef, int]:
     """One Python escape at `replacement[i]`: `\\1`, `\\g<name>` or a doubled backslash."""
-    found = _PYTHON_REF.match(replacement, i)
+    found = re.compile(_PYTHON_REF).match(replacement, i)
     if found is None:
         raise InvalidOptionError(
             f"replacement {replacement!r} has an unknown escape at position {i}; "

@@ -15,18 +15,18 @@ last; `remap_names` raises `RemapCollisionError` naming both, so no tensor vanis
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from weightstore.errors import InvalidOptionError, RemapCollisionError
 from weightstore.paths._regex import Replacement, compile_pattern, parse_replacement, replace_all
 
 
-@dataclass(frozen=True, slots=True)
 class RemapRule:
     """One compiled rule; built by `KeyRemapper.with_rule`, which validates both halves.
+
+    Immutable by convention; equal when pattern and replacement are (the compiled halves
+    follow from them). A plain class, not a dataclass: this module loads with every store.
 
     Attributes:
         pattern: the pattern as the user wrote it.
@@ -35,10 +35,35 @@ class RemapRule:
         parts: `replacement` parsed into literal text and checked group references.
     """
 
+    __slots__ = ("parts", "pattern", "regex", "replacement")
+
     pattern: str
     replacement: str
-    regex: re.Pattern[str] = dataclasses.field(repr=False, compare=False)
-    parts: Replacement = dataclasses.field(repr=False, compare=False)
+    regex: re.Pattern[str]
+    parts: Replacement
+
+    def __init__(
+        self, pattern: str, replacement: str, regex: re.Pattern[str], parts: Replacement
+    ) -> None:
+        set_field = object.__setattr__  # frozen: `__setattr__` refuses every later change
+        set_field(self, "pattern", pattern)
+        set_field(self, "replacement", replacement)
+        set_field(self, "regex", regex)
+        set_field(self, "parts", parts)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RemapRule is immutable; cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        return f"RemapRule(pattern={self.pattern!r}, replacement={self.replacement!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not RemapRule:
+            return NotImplemented
+        return (self.pattern, self.replacement) == (other.pattern, other.replacement)
+
+    def __hash__(self) -> int:
+        return hash((self.pattern, self.replacement))
 
     @classmethod
     def compile(cls, pattern: str, replacement: str) -> RemapRule:
@@ -57,9 +82,11 @@ class RemapRule:
         return replace_all(self.regex, self.parts, path)
 
 
-@dataclass(frozen=True, slots=True)
 class KeyRemapper:
     """An ordered, immutable chain of renaming rules; `with_rule` returns a new remapper.
+
+    A plain class, not a dataclass: this module loads with every store, and generating the
+    dataclass cost more at import than the class does in use.
 
     Example:
         >>> remapper = (
@@ -74,7 +101,28 @@ class KeyRemapper:
         rules: the rules in the order they run.
     """
 
-    rules: tuple[RemapRule, ...] = ()
+    __slots__ = ("rules",)
+
+    rules: tuple[RemapRule, ...]
+
+    def __init__(self, rules: tuple[RemapRule, ...] = ()) -> None:
+        object.__setattr__(self, "rules", rules)  # frozen: `__setattr__` refuses changes
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"KeyRemapper is immutable; build a new one with `with_rule`, not {name!r}"
+        )
+
+    def __repr__(self) -> str:
+        return f"KeyRemapper(rules={self.rules!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not KeyRemapper:
+            return NotImplemented
+        return self.rules == other.rules
+
+    def __hash__(self) -> int:
+        return hash(self.rules)
 
     @classmethod
     def from_patterns(cls, pairs: Iterable[tuple[str, str]]) -> KeyRemapper:

@@ -51,10 +51,8 @@ allocation it guards, and a reader given a file that trips one fails with `Limit
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, fields
+import sys
 from typing import Final
-
-import numpy as np
 
 from weightstore.errors import InvalidOptionError
 
@@ -127,10 +125,12 @@ strides), so that reading it copies more bytes than the file holds: ``x.expand(2
 of one float is 4 TiB from 4 bytes. Views no bigger than their storage are not limited."""
 
 # Not options: what NumPy and CPython can hold, whatever the caller trusts.
-MAX_NDIM: Final = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+# Plain values (NumPy 2's, the floor pyproject pins), equal to `_reader_base`'s MAX_DIMS and
+# MAX_ARRAY_SIZE; not imported from there, so the format registry stays free of readers.
+MAX_NDIM: Final = 64
 """Dimensions of a tensor NumPy can hold (NPY_MAXDIMS). torch allows more; such a tensor is
 listed and refused when touched."""
-MAX_ARRAY_SIZE: Final = int(np.iinfo(np.intp).max)
+MAX_ARRAY_SIZE: Final = sys.maxsize
 """Bytes a NumPy array may span (ssize_t): itemsize times every non-zero dimension, so even a
 zero-element (0, 2**62) float32 tensor is too big for NumPy."""
 MAX_HASH_SHARERS: Final = 64
@@ -153,30 +153,87 @@ BUILT_SIZE_SLACK: Final = 2**20
 """Bytes any pickle may build besides MAX_BUILT_RATIO times its size."""
 
 
-@dataclass(frozen=True, slots=True)
 class Limits:
     """The resource caps one reader applies; every field defaults to the constant of that name.
+
+    Immutable and compared field by field. A plain class, not a dataclass: this module loads
+    with the format registry, and generating a dataclass costs more at import than it saves.
 
     Raises:
         InvalidOptionError: a field that is not a positive integer; raised at construction.
     """
 
-    max_pickle_size: int = MAX_PICKLE_SIZE
-    max_memo_size: int = MAX_MEMO_SIZE
-    max_stack_size: int = MAX_STACK_SIZE
-    max_container_size: int = MAX_CONTAINER_SIZE
-    max_depth: int = MAX_DEPTH
-    max_nodes: int = MAX_NODES
-    max_storage_count: int = MAX_STORAGE_COUNT
-    max_inflated_size: int = MAX_INFLATED_SIZE
-    max_names_size: int = MAX_NAMES_SIZE
-    max_expanded_size: int = MAX_EXPANDED_SIZE
+    __slots__ = LIMIT_NAMES = (
+        "max_pickle_size",
+        "max_memo_size",
+        "max_stack_size",
+        "max_container_size",
+        "max_depth",
+        "max_nodes",
+        "max_storage_count",
+        "max_inflated_size",
+        "max_names_size",
+        "max_expanded_size",
+    )
 
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
+    max_pickle_size: int
+    max_memo_size: int
+    max_stack_size: int
+    max_container_size: int
+    max_depth: int
+    max_nodes: int
+    max_storage_count: int
+    max_inflated_size: int
+    max_names_size: int
+    max_expanded_size: int
+
+    def __init__(
+        self,
+        max_pickle_size: int = MAX_PICKLE_SIZE,
+        max_memo_size: int = MAX_MEMO_SIZE,
+        max_stack_size: int = MAX_STACK_SIZE,
+        max_container_size: int = MAX_CONTAINER_SIZE,
+        max_depth: int = MAX_DEPTH,
+        max_nodes: int = MAX_NODES,
+        max_storage_count: int = MAX_STORAGE_COUNT,
+        max_inflated_size: int = MAX_INFLATED_SIZE,
+        max_names_size: int = MAX_NAMES_SIZE,
+        max_expanded_size: int = MAX_EXPANDED_SIZE,
+    ) -> None:
+        values = (
+            max_pickle_size,
+            max_memo_size,
+            max_stack_size,
+            max_container_size,
+            max_depth,
+            max_nodes,
+            max_storage_count,
+            max_inflated_size,
+            max_names_size,
+            max_expanded_size,
+        )
+        for name, value in zip(Limits.LIMIT_NAMES, values, strict=True):
             if type(value) is not int or value <= 0:
-                raise InvalidOptionError(f"{item.name} must be a positive int, not {value!r}")
+                raise InvalidOptionError(f"{name} must be a positive int, not {value!r}")
+            object.__setattr__(self, name, value)  # frozen: `__setattr__` refuses changes
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Limits is immutable; cannot set {name!r}")
+
+    def _values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in Limits.LIMIT_NAMES)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in Limits.LIMIT_NAMES)
+        return f"Limits({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Limits:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
 
 
 DEFAULT_LIMITS: Final = Limits()

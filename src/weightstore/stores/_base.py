@@ -50,6 +50,7 @@ from weightstore.paths import (
     map_indices_contiguous_except,
 )
 from weightstore.snapshot import TensorSnapshot, reader_snapshots
+from weightstore.stores._gc_pause import GcPaused
 from weightstore.stores._load_failure import LoadFailedError, store_fix
 from weightstore.transfer import IndexMapper, apply, collect
 
@@ -379,13 +380,7 @@ class Store:
         """A reader over the store's source, after checking the bytes are this format's."""
         fmt = self._format()
         if self._path is not None:
-            filename = self._file_path(for_write=False)
-            head, size = _probe(filename)
-            self._refuse_foreign(head, size, filename)
-            options = {}
-            if self._options.top_level_key is not None:
-                options["top_level_key"] = self._options.top_level_key
-            return fmt.open_file(filename, **options)
+            return self._open_path(self._file_path(for_write=False))
         if self._static is not None:
             assert fmt.open_static is not None
             view = memoryview(self._static).cast("B")
@@ -397,6 +392,28 @@ class Store:
         data = self._output.data
         self._refuse_foreign(data[:PROBE_SIZE], len(data), None)
         return fmt.open_bytes(data)
+
+    def _open_path(self, filename: str) -> Any:
+        """`_open` for a file, opened once: the reader first, then the format check on the
+        bytes it already holds. A reader that refuses the file gives way to the check, so a
+        foreign or missing file raises exactly what checking first would have raised."""
+        fmt = self._format()
+        options = {}
+        if self._options.top_level_key is not None:
+            options["top_level_key"] = self._options.top_level_key
+        try:
+            reader = fmt.open_file(filename, **options)
+        except Exception:
+            head, size = _probe(filename)
+            self._refuse_foreign(head, size, filename)
+            raise  # the file is this format's (or no one's): the reader's error says why
+        try:
+            head, size = _head_of(reader) or _probe(filename)
+            self._refuse_foreign(head, size, filename)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     def _refuse_foreign(self, head: bytes, size: int, path: str | None) -> None:
         """Name the real format when the bytes are another's: otherwise a SafeTensors store on
@@ -453,12 +470,13 @@ class Store:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
         renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
-            renamed = self._remapped_by_name(self._read_snapshots())
-            mapper = self._index_mapper()
-            if mapper is not None:  # as in Burn: remap first, then renumber lists
-                numbering = mapper(renamed)
-                renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
-            self._cache = dict(sorted(renamed.items()))
+            with GcPaused():  # a snapshot per tensor: no garbage, but collections to trigger
+                renamed = self._remapped_by_name(self._read_snapshots())
+                mapper = self._index_mapper()
+                if mapper is not None:  # as in Burn: remap first, then renumber lists
+                    numbering = mapper(renamed)
+                    renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
+                self._cache = dict(sorted(renamed.items()))
         return self._cache
 
     def keys(self) -> list[str]:
@@ -548,18 +566,19 @@ class Store:
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
         rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
-        result = apply(
-            model,
-            list(self.get_all_snapshots().values()),
-            options.filter,
-            options.from_adapter,
-            device=device,
-            map_indices=self._index_mapper(),
-            skip_enum_variants=options.skip_enum_variants,
-            source_path=path,
-            rules=rules,
-        )
-        result.top_level_key = _checked_top_level_key(self, result)
+        with GcPaused():  # no garbage to find, and a full pass over torch's objects costs
+            result = apply(
+                model,
+                list(self.get_all_snapshots().values()),
+                options.filter,
+                options.from_adapter,
+                device=device,
+                map_indices=self._index_mapper(),
+                skip_enum_variants=options.skip_enum_variants,
+                source_path=path,
+                rules=rules,
+            )
+            result.top_level_key = _checked_top_level_key(self, result)
         failure = result.refused or rules.failure(result)
         if failure is None:
             return result
@@ -649,6 +668,18 @@ def _save_metadata(
     if default and framework is not None and fmt.name in _FRAMEWORK_FORMATS:
         pairs["format"] = framework
     return pairs
+
+
+def _head_of(reader: object) -> tuple[bytes, int] | None:
+    """What `read_probe` would return, from an open container reader's own source (no second
+    open of the file); None for readers without one (PyTorch's)."""
+    from weightstore._reader_base import ContainerReader  # loaded by then: the reader's base
+
+    if not isinstance(reader, ContainerReader):
+        return None
+    source = reader._source
+    size = source.size
+    return bytes(source.read(0, min(PROBE_SIZE, size), "the format probe")), size
 
 
 def _probe(filename: str) -> tuple[bytes, int]:
