@@ -229,7 +229,7 @@ def test_result_fix_adapter_only_when_one_adapter_fixes_every_error() -> None:
 def test_apply_error_is_a_frozen_record() -> None:
     error = ApplyError.load_error("a", "x")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        error.path = "b"  # type: ignore[misc]
+        error.path = "b"
     assert error == ApplyError("load_error", "a", message="x")
     assert not hasattr(error, "__dict__")
 
@@ -587,3 +587,15 @@ def test_missing_paths_suggest_their_name_under_the_prefix() -> None:
     assert "│    • fc.bias\n│        Did you mean: 'module.fc.bias'?\n" in text
     assert "│    • fc.weight\n│        Did you mean: 'module.fc.weight'?\n" in text
     assert str(PrefixChange("module.", "", 100_000, 100_000)).startswith("100,000 of 100,000")
+
+
+def test_result_compares_by_fields_and_is_unhashable() -> None:
+    one = ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")], source="f")
+    assert one == ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")], source="f")
+    assert one != ApplyResult(applied=["a"], source="f")
+    assert ApplyError.load_error("b", "x") != ApplyError.load_error("b", "y")
+    assert hash(ApplyError.load_error("b", "x")) == hash(ApplyError("load_error", "b", message="x"))
+    with pytest.raises(TypeError):
+        hash(one)
+    assert repr(ApplyResult(unused=["u"])).startswith("ApplyResult(applied=[], skipped=[]")
+    assert not hasattr(one, "__dict__")

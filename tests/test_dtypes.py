@@ -105,3 +105,20 @@ def test_from_numpy_of_a_native_dtype_imports_no_ml_dtypes() -> None:
         "import ml_dtypes\nassert dtypes.from_numpy(ml_dtypes.bfloat16).name == 'BF16'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)
+def test_numpy_itemsize_agrees_with_the_numpy_dtype(dtype: dtypes.DType) -> None:
+    expected = None if dtype.numpy is None else dtype.numpy.itemsize
+    assert dtype.numpy_itemsize == expected
+
+
+def test_numpy_itemsize_of_a_native_dtype_imports_nothing() -> None:
+    code = (
+        "import sys\nfrom weightstore import dtypes\n"
+        "assert dtypes.from_torch('float32').numpy_itemsize == 4\n"
+        "assert dtypes.from_torch('complex128').numpy_itemsize == 16\n"
+        "assert dtypes.from_safetensors('F4').numpy_itemsize is None\n"
+        "assert 'numpy' not in sys.modules and 'ml_dtypes' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

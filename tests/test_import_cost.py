@@ -115,3 +115,82 @@ def test_module_snapshot_re_exports_transfer_functions_on_first_use() -> None:
     assert module_snapshot.collect is transfer.collect
     with pytest.raises(AttributeError, match="no_such_name"):
         module_snapshot.no_such_name  # noqa: B018
+
+
+# What a store loads with its first load or save, not with its import: the model-walking,
+# snapshot, adapter, load-report and writing machinery, and the dtype table.
+STORE_DEFERRED = (
+    "weightstore.adapters",
+    "weightstore.apply_result",
+    "weightstore.bridge",
+    "weightstore.entry",
+    "weightstore.paths",
+    "weightstore.snapshot",
+    "weightstore.transfer",
+    "weightstore._atomic",
+    "weightstore._bytesource",
+    "weightstore._reader_base",
+    "weightstore.dtypes",
+    "weightstore.stores._load_failure",
+)
+
+
+def test_store_import_defers_the_load_and_save_machinery() -> None:
+    loaded = _loaded_after("from weightstore import SafetensorsStore, load_from")
+    assert loaded.isdisjoint(STORE_DEFERRED), sorted(loaded & set(STORE_DEFERRED))
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_load_failed_error_is_one_class_under_every_name() -> None:
+    from weightstore.stores import LoadFailedError
+    from weightstore.stores._load_failure import LoadFailedError as defined
+
+    assert LoadFailedError is defined
+    assert weightstore.LoadFailedError is defined
+
+
+def test_store_options_keep_frozen_dataclass_behaviour() -> None:
+    from weightstore.stores import StoreOptions
+
+    options = StoreOptions(durable=False)
+    changed = options.replace(overwrite=True)
+    assert (changed.overwrite, changed.durable, options.overwrite) == (True, False, False)
+    assert changed.filter is options.filter
+    assert options == StoreOptions(filter=options.filter, remapper=options.remapper, durable=False)
+    assert options != changed
+    with pytest.raises(AttributeError):
+        options.durable = True
+    with pytest.raises(TypeError, match="no_such_option"):
+        options.replace(no_such_option=1)
+
+
+def _torch_save_style_zip(path: Path) -> Path:
+    """A zip checkpoint as ``torch.save(state_dict)`` writes one (float32 and int64 tensors
+    in an OrderedDict), built without torch."""
+    from tests.pytorch_reader import _support as pt
+
+    weight = pt.op_tensor(pt.op_storage("0", 6), 0, (2, 3), (3, 1))
+    steps = pt.op_tensor(pt.op_storage("1", 1, "LongStorage"), 0, (), ())
+    state = pt.op_call(pt.op_global("collections", "OrderedDict"))
+    state += b"(" + pt.op_str("layer.weight") + weight + pt.op_str("steps") + steps + b"u"
+    storages = {"0": np.arange(6, dtype="<f4").tobytes(), "1": np.int64(7).tobytes()}
+    return pt.write_zip(path, pt.pickle_of(state), storages)
+
+
+def test_inspect_json_of_torch_save_zip_loads_no_numpy(tmp_path: Path) -> None:
+    path = _torch_save_style_zip(tmp_path / "m.pt")
+    loaded = _loaded_after(
+        f"from weightstore.cli import main\nassert main(['inspect', '--json', {str(path)!r}]) == 0"
+    )
+    assert loaded.isdisjoint({"numpy", "ml_dtypes", "torch", "cbor2"}), loaded & set(HEAVY)
+    assert "weightstore.pytorch_reader._torchscript" not in loaded  # only for TorchScript files
+    assert "weightstore.pytorch_reader._legacy" not in loaded
+
+
+def test_torch_save_zip_listing_is_what_inspect_reads(tmp_path: Path) -> None:
+    """The file above lists as intended, so the import check is about a real listing."""
+    from weightstore.pytorch_reader import PytorchReader
+
+    with PytorchReader(_torch_save_style_zip(tmp_path / "m.pt")) as reader:
+        assert reader.get("layer.weight").tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        assert reader.get("steps").tolist() == 7

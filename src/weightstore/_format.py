@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from weightstore.dtypes import DType
+if TYPE_CHECKING:  # an annotation only: the dtype tables load with the first reader
+    from weightstore.dtypes import DType
 
 __all__ = [
     "LOAD_OPTIONS",
@@ -126,9 +126,15 @@ def path_for_write(path: str | os.PathLike[str], default_extension: str | None) 
     return f"{filename}.{default_extension}"
 
 
-@dataclass(frozen=True, slots=True)
+# `ContainerFormat`'s fields in declaration order (its positional arguments).
+_FORMAT_FIELDS: Final = (
+    "name", "title", "extensions", "sniff", "open_file", "default_extension", "open_bytes",
+    "open_static", "writer", "store_options",
+)  # fmt: skip
+
+
 class ContainerFormat:
-    """One container format, described once.
+    """One container format, described once; immutable.
 
     Attributes:
         name: the short name used in code, JSON output and ``--format`` (``"safetensors"``).
@@ -143,18 +149,50 @@ class ContainerFormat:
         writer: builds a writer from ``(entries, metadata)`` for a store save, or None for a
             read-only format.
         store_options: the store options this format honours; a store refuses the others.
+
+    A plain slotted class, not a frozen dataclass: every import of the registry builds this
+    class, and the decorator's code generation cost more than the three records together.
+    Records compare by identity (each format has one).
     """
+
+    __slots__ = _FORMAT_FIELDS
 
     name: str
     title: str
     extensions: tuple[str, ...]
     sniff: Sniff
     open_file: Callable[..., TensorReader]
-    default_extension: str | None = None
-    open_bytes: Callable[[bytes], TensorReader] | None = None
-    open_static: Callable[[Any], TensorReader] | None = None
-    writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None = None
-    store_options: frozenset[str] = field(default=LOAD_OPTIONS)
+    default_extension: str | None
+    open_bytes: Callable[[bytes], TensorReader] | None
+    open_static: Callable[[Any], TensorReader] | None
+    writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None
+    store_options: frozenset[str]
+
+    def __init__(
+        self,
+        name: str,
+        title: str,
+        extensions: tuple[str, ...],
+        sniff: Sniff,
+        open_file: Callable[..., TensorReader],
+        default_extension: str | None = None,
+        open_bytes: Callable[[bytes], TensorReader] | None = None,
+        open_static: Callable[[Any], TensorReader] | None = None,
+        writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None = None,
+        store_options: frozenset[str] = LOAD_OPTIONS,
+    ) -> None:
+        values = (
+            name, title, extensions, sniff, open_file, default_extension, open_bytes,
+            open_static, writer, store_options,
+        )  # fmt: skip
+        for slot, value in zip(_FORMAT_FIELDS, values, strict=True):
+            object.__setattr__(self, slot, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to {name!r}: a format record is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r}: a format record is immutable")
 
     @property
     def writable(self) -> bool:

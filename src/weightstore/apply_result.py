@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
 from weightstore.dtypes import from_name
@@ -78,7 +77,6 @@ _MISMATCH_WHAT: Final[dict[str, str]] = {"shape_mismatch": "shape", "dtype_misma
 _REGEX_SPECIAL: Final = frozenset("\\.^$|?*+()[]{}")
 
 
-@dataclass(frozen=True, slots=True)
 class ApplyError:
     """One tensor that was found but could not be loaded; `str()` builds the message from fields.
 
@@ -95,15 +93,58 @@ class ApplyError:
             empty, it is filled from the other fields (`fix_adapter` names the adapter).
     """
 
+    # A frozen record written out by hand, not a dataclass: generating one costs ~0.4 ms at
+    # import, and this module's import is part of the first load's time.
+    __slots__ = ("expected", "found", "kind", "message", "path")
+
     kind: ApplyErrorKind
     path: str
-    expected: str = ""
-    found: str = ""
-    message: str = ""
+    expected: str
+    found: str
+    message: str
 
-    def __post_init__(self) -> None:
-        if not self.message:  # frozen: set once, here, from the fields
-            object.__setattr__(self, "message", _default_message(self))
+    def __init__(
+        self,
+        kind: ApplyErrorKind,
+        path: str,
+        expected: str = "",
+        found: str = "",
+        message: str = "",
+    ) -> None:
+        setter = object.__setattr__
+        setter(self, "kind", kind)
+        setter(self, "path", path)
+        setter(self, "expected", expected)
+        setter(self, "found", found)
+        # Left empty, the message is filled once, here, from the other fields.
+        setter(self, "message", message or _default_message(self))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        from dataclasses import FrozenInstanceError  # what the frozen dataclass raised
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _fields(self) -> tuple[str, str, str, str, str]:
+        return (self.kind, self.path, self.expected, self.found, self.message)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"ApplyError(kind={self.kind!r}, path={self.path!r}, expected={self.expected!r}, "
+            f"found={self.found!r}, message={self.message!r})"
+        )
 
     @classmethod
     def shape_mismatch(
@@ -409,7 +450,6 @@ def jaro_similarity(first: str, second: str) -> float:
     return (matches / len1 + matches / len2 + (matches - transpositions) / matches) / 3
 
 
-@dataclass(slots=True)
 class ApplyResult:
     """What a load did; filled in by the applier, then read by stores and users.
 
@@ -430,15 +470,54 @@ class ApplyResult:
             suggests ``.with_top_level_key(key)`` instead of a key remapping.
     """
 
-    applied: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    missing: list[tuple[str, str]] = field(default_factory=list)
-    unused: list[str] = field(default_factory=list)
-    errors: list[ApplyError] = field(default_factory=list)
-    held_back: list[str] = field(default_factory=list)
-    refused: LoadFailure | None = None
-    source: str | None = None
-    top_level_key: str | None = None
+    # Written out by hand, not a dataclass, for the same reason as `ApplyError`.
+    __slots__ = (
+        "applied", "errors", "held_back", "missing", "refused", "skipped", "source",
+        "top_level_key", "unused",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        applied: list[str] | None = None,
+        skipped: list[str] | None = None,
+        missing: list[tuple[str, str]] | None = None,
+        unused: list[str] | None = None,
+        errors: list[ApplyError] | None = None,
+        held_back: list[str] | None = None,
+        refused: LoadFailure | None = None,
+        source: str | None = None,
+        top_level_key: str | None = None,
+    ) -> None:
+        # Each result gets lists of its own, as the dataclass's default factories gave it.
+        self.applied: list[str] = [] if applied is None else applied
+        self.skipped: list[str] = [] if skipped is None else skipped
+        self.missing: list[tuple[str, str]] = [] if missing is None else missing
+        self.unused: list[str] = [] if unused is None else unused
+        self.errors: list[ApplyError] = [] if errors is None else errors
+        self.held_back: list[str] = [] if held_back is None else held_back
+        self.refused: LoadFailure | None = refused
+        self.source: str | None = source
+        self.top_level_key: str | None = top_level_key
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.applied, self.skipped, self.missing, self.unused, self.errors, self.held_back,
+            self.refused, self.source, self.top_level_key,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaced
+
+    def __repr__(self) -> str:
+        names = ("applied", "skipped", "missing", "unused", "errors", "held_back", "refused",
+                 "source", "top_level_key")  # fmt: skip
+        values = self._fields()
+        pairs = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
+        return f"ApplyResult({pairs})"
 
     def is_success(self) -> bool:
         """True when no tensor failed, the load ran, and it wrote something if the model has

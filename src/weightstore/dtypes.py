@@ -119,6 +119,19 @@ class DType:
         return self.bits // 8
 
     @property
+    def numpy_itemsize(self) -> int | None:
+        """Bytes per element of `numpy`, or ``None`` when NumPy cannot hold the dtype. NumPy's
+        own types are whole-byte and sized by `bits`, so only ml_dtypes rows import anything
+        (ml_dtypes, whose older releases lack some types)."""
+        spec = self.numpy_spec
+        if spec is None:
+            return None
+        if spec.startswith(_ML_DTYPES_PREFIX):
+            resolved = self.numpy
+            return None if resolved is None else resolved.itemsize
+        return self.bits // 8
+
+    @property
     def is_float(self) -> bool:
         """A floating-point dtype (table kind ``"f"``)."""
         return self.kind == "f"

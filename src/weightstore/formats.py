@@ -10,11 +10,13 @@ opened a file with the wrong reader. Adding a format is one folder and one entry
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
-from weightstore._bytesource import open_readable
-from weightstore._format import PROBE_SIZE, ContainerFormat, TensorReader
+from weightstore._format import PROBE_SIZE, ContainerFormat
+
+if TYPE_CHECKING:
+    from weightstore._format import TensorReader
 from weightstore.errors import UnsupportedFormatError
 
 __all__ = [
@@ -103,6 +105,8 @@ def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> C
 
 def read_probe(path: str | os.PathLike[str]) -> tuple[bytes, int]:
     """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at."""
+    from weightstore._bytesource import open_readable  # with the first probe, not the registry
+
     with open_readable(os.fspath(path)) as file:
         return file.read(PROBE_SIZE), os.fstat(file.fileno()).st_size
 

@@ -26,6 +26,7 @@ from tests.pytorch_reader._support import (
 from weightstore.cli import main
 from weightstore.cli._report import summarize
 from weightstore.errors import (
+    DescriptorError,
     InvalidOptionError,
     KeyNotFoundError,
     LimitExceeded,
@@ -156,6 +157,21 @@ def test_unknown_names_and_bad_options(tmp_path: Path) -> None:
         assert (len(reader), list(reader), "a" in reader) == (1, ["a"], True)
     with pytest.raises(InvalidOptionError):
         PytorchReader(path, max_nodes=0)
+
+
+def test_a_tensor_is_checked_once_and_errors_every_time(tmp_path: Path) -> None:
+    good = op_tensor(op_storage("0", 2), 0, (2,), (1,))
+    past_end = op_tensor(op_storage("1", 2), 0, (3,), (1,))  # reaches past its storage
+    body = op_dict([(op_str("good"), good), (op_str("bad"), past_end)])
+    path = write_zip(tmp_path / "m.pt", pickle_of(body), {"0": bytes(8), "1": bytes(8)})
+    with PytorchReader(path) as reader:
+        first = reader.tensor("good")
+        assert reader.descriptor("good") is first and reader.tensor("good").name == "good"
+        assert reader.get("good").tolist() == [0.0, 0.0]
+        for _ in range(2):
+            with pytest.raises(DescriptorError) as caught:
+                reader.tensor("bad")
+            assert caught.value.tensor == "bad"
 
 
 def test_a_bare_tensor_is_named_by_the_empty_path(tmp_path: Path) -> None:

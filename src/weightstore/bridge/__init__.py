@@ -10,10 +10,9 @@ import.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from weightstore.bridge._model import (
     LoadOutcome,
@@ -25,17 +24,14 @@ from weightstore.bridge._model import (
     is_torch_module,
     is_torch_tensor,
 )
-from weightstore.bridge._sources import (
-    ModelFreeSource,
-    is_array_tree,
-    model_free_source,
-    validate_adapter,
-)
 from weightstore.errors import InvalidOptionError
-from weightstore.snapshot import TensorSnapshot
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
+
+    from weightstore.bridge._sources import ModelFreeSource, validate_adapter
+    from weightstore.snapshot import TensorSnapshot
 
 __all__ = [
     "LoadOutcome",
@@ -53,6 +49,17 @@ __all__ = [
     "to_torch",
     "validate_adapter",
 ]
+
+
+# Model-free sources are for saves only: a load (whose first call pays for every import on its
+# path) never imports them, nor the adapter classes they check against.
+_FROM_SOURCES = frozenset({"ModelFreeSource", "validate_adapter"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_SOURCES:
+        return getattr(importlib.import_module("weightstore.bridge._sources"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bridge_for(model: object, device: Any = None) -> ModelBridge:
@@ -97,6 +104,8 @@ def source_for(source: object) -> TensorSource:
     Raises:
         InvalidOptionError: `source` is none of these, or holds something that is no tensor.
     """
+    from weightstore.bridge._sources import is_array_tree, model_free_source
+
     if is_torch_module(source) or is_array_tree(source):
         return bridge_for(source)
     if isinstance(source, TensorSource):

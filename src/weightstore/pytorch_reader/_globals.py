@@ -13,17 +13,15 @@ becomes a plain dict: its factory is a global we will not call.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._render import bounded_repr
-from weightstore.dtypes import TORCH_STORAGE_CLASSES
+from weightstore.dtypes import TORCH_STORAGE_CLASSES, import_on_first_use
 from weightstore.pytorch_reader import _rebuild
 from weightstore.pytorch_reader._objects import (
     TORCH_DTYPES,
@@ -39,6 +37,14 @@ from weightstore.pytorch_reader._objects import (
     shown_int,
     take,
 )
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+else:  # a state dict's pickle names neither: loading one pays for no NumPy or argparse import
+    argparse = import_on_first_use("argparse", globals(), "argparse")
+    np = import_on_first_use("numpy", globals(), "np")
 
 __all__ = ["StandIn", "build_state", "call_global", "new_object", "resolve_global"]
 
@@ -126,7 +132,7 @@ def build_state(context: Context, target: object, state: object) -> object:
         else:
             target.state = state
         return target
-    if type(target) in _ATTRIBUTE_HOLDERS and isinstance(state, dict):
+    if _holds_attributes(target) and isinstance(state, dict):
         # `state_dict()` sets `_metadata` on its OrderedDict this way. Writing the instance dict
         # directly (not setattr) means no attribute name can reach a descriptor or the type.
         vars(target).update((k, v) for k, v in state.items() if isinstance(k, str))
@@ -134,7 +140,15 @@ def build_state(context: Context, target: object, state: object) -> object:
     raise Malformed(f"BUILD cannot set state on a {type(target).__name__}")
 
 
-_ATTRIBUTE_HOLDERS: Final = (collections.OrderedDict, collections.Counter, argparse.Namespace)
+def _holds_attributes(target: object) -> bool:
+    """Whether BUILD may set `target`'s attributes: an ``OrderedDict``, ``Counter`` or
+    ``argparse.Namespace`` exactly (no subclass). A Namespace exists only once argparse is
+    imported, so the check never imports it."""
+    kind = type(target)
+    if kind is collections.OrderedDict or kind is collections.Counter:
+        return True
+    loaded = sys.modules.get("argparse")
+    return loaded is not None and kind is getattr(loaded, "Namespace", None)
 
 
 # -- builtins and collections -------------------------------------------------------------------
@@ -281,10 +295,11 @@ def _newobj_ex(context: Context, args: tuple[object, ...]) -> object:
 
 
 def _numpy_dtype_of(value: object) -> np.dtype[Any] | None:
-    """A finished NumPy dtype of a plain numeric or string kind, else ``None``."""
-    if isinstance(value, np.dtype) and value.kind in "biufcSU" and value.itemsize > 0:
-        return value
-    return None
+    """A finished NumPy dtype of a plain numeric or string kind, else ``None`` (always, while
+    NumPy is not imported: then no value can be one)."""
+    if "numpy" not in sys.modules or not isinstance(value, np.dtype):
+        return None
+    return value if value.kind in "biufcSU" and value.itemsize > 0 else None
 
 
 def _raw_bytes(context: Context, value: object) -> bytes | None:

@@ -12,9 +12,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from weightstore._bytesource import ReadMode
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
@@ -36,6 +34,9 @@ from weightstore.pytorch_reader._layout import (
 from weightstore.pytorch_reader._loaded import Layout
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["PytorchMetadata", "PytorchReader"]
 
@@ -159,6 +160,9 @@ class PytorchReader:
                 self._loaded.close()
                 raise
         self._named: dict[str, Leaf] | None = None
+        # Tensors already named and validated: a load asks for each one's descriptor, then its
+        # values, and a LazyTensor is immutable, so the checks run once per name.
+        self._checked: dict[str, LazyTensor] = {}
 
     @classmethod
     def from_file(
@@ -226,6 +230,9 @@ class PytorchReader:
                 quantized, sparse, ...).
             MissingStorageError, DescriptorError: its storage is missing or too small.
         """
+        tensor = self._checked.get(name)
+        if tensor is not None:
+            return tensor
         leaf = self._names().get(name)
         if leaf is None:
             raise TensorNotFoundError(name, path=self.path, known=len(self._names()))
@@ -233,6 +240,7 @@ class PytorchReader:
             raise leaf.error(self.path, name)
         tensor = leaf.with_name(name)  # so that its errors name it
         tensor.validate()
+        self._checked[name] = tensor
         return tensor
 
     def release(self, name: str) -> None:

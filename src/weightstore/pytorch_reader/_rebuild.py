@@ -14,13 +14,12 @@ opens and the error comes, naming the tensor, only when that tensor is asked for
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
-from typing import Any, Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._render import bounded_repr
-from weightstore.dtypes import TORCH_STORAGE_CLASSES
+from weightstore.dtypes import TORCH_STORAGE_CLASSES, import_on_first_use
 from weightstore.pytorch_reader._layout import MAX_NDIM
 from weightstore.pytorch_reader._objects import (
     Context,
@@ -41,6 +40,11 @@ from weightstore.pytorch_reader._tensors import (
     StorageSource,
     UnreadableTensor,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # rebuilding tensors never needs NumPy
 
 __all__ = ["TABLE", "storage_class_of", "storage_from_pid"]
 
@@ -220,6 +224,8 @@ def _rebuild_from_type(context: Context, args: tuple[object, ...]) -> object:
 
 
 def _numpy_data(value: object, name: str) -> np.ndarray[Any, Any]:
+    if "numpy" not in sys.modules:  # then nothing is a NumPy array
+        raise Malformed(f"{name} expects a numeric NumPy array, not {type(value).__name__}")
     if not isinstance(value, np.ndarray) or value.dtype.kind not in "biufc":
         raise Malformed(f"{name} expects a numeric NumPy array, not {type(value).__name__}")
     return value

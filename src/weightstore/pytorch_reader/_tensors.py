@@ -261,7 +261,7 @@ class LazyTensor:
                 bytes, or an expanded view past ``max_expanded_size``.
             MissingStorageError, DescriptorError: as `to_numpy`.
         """
-        itemsize = self.numpy_dtype.itemsize  # first: a dtype NumPy lacks is the error to give
+        itemsize = self._numpy_itemsize()  # first: a dtype NumPy lacks is the error to give
         where = {"path": self.path, "tensor": self.name}
         validate_shape(self.shape, itemsize, **where)
         if self.neg and self.torch_dtype in NO_NEGATION:
@@ -315,6 +315,14 @@ class LazyTensor:
                 tensor=self.name,
             )
         return np_dtype
+
+    def _numpy_itemsize(self) -> int:
+        """`numpy_dtype`'s itemsize and errors, without importing NumPy for NumPy's own types
+        (listing a checkpoint needs no NumPy)."""
+        itemsize = self.dtype.numpy_itemsize
+        if itemsize is None:
+            return self.numpy_dtype.itemsize  # raises the DTypeError naming the tensor
+        return itemsize
 
     def _storage(self) -> StorageRef:
         if self.storage is None:

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -72,7 +72,7 @@ from weightstore.pytorch_reader._objects import GlobalRef, InertObject, clip
 from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
 from weightstore.pytorch_reader._walk import short_repr
 
-__all__ = ["ClassHeader", "EntryReader", "is_torchscript", "module_state", "parse_class_headers"]
+__all__ = ["ClassHeader", "EntryReader", "module_state", "parse_class_headers"]
 
 EntryReader = Callable[[str], bytes | None]
 """The bytes of an archive entry, named relative to ``<archive>/``; ``None`` when absent."""
@@ -106,18 +106,6 @@ class ClassHeader:
     parameters: tuple[str, ...] = ()
     buffers: tuple[str, ...] = ()
     tensor_typed: frozenset[str] = frozenset()
-
-
-def is_torchscript(names: Iterable[str], prefix: str = "") -> bool:
-    """Whether entries `names` (those under `prefix`, relative to it) hold a TorchScript
-    archive's ``constants.pkl`` or ``code/`` folder."""
-    constants, code = TORCHSCRIPT_MARKERS
-    for name in names:
-        if name.startswith(prefix):
-            relative = name[len(prefix) :]
-            if relative == constants or relative.startswith(code):
-                return True
-    return False
 
 
 def parse_class_headers(text: str, entry: str, path: str | None) -> dict[str, ClassHeader]:

@@ -21,12 +21,12 @@ many values costs nothing until it names tensors, and then no more than the limi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
-from typing import Final
-
-import numpy as np
+from typing import TYPE_CHECKING, Final
 
 from weightstore._render import bounded_repr
+from weightstore.dtypes import import_on_first_use
 from weightstore.errors import DescriptorError, LimitExceeded
 from weightstore.pytorch_reader._layout import Limits
 from weightstore.pytorch_reader._objects import (
@@ -37,6 +37,11 @@ from weightstore.pytorch_reader._objects import (
     TorchDType,
 )
 from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # naming tensors never needs NumPy
 
 __all__ = [
     "NAMING_SHARE",
@@ -302,6 +307,8 @@ _SELF_DESCRIBED = (
 def _leaf(value: object) -> str | None:
     if isinstance(value, _SELF_DESCRIBED):
         return repr(value)
+    if "numpy" not in sys.modules:  # then nothing is a NumPy array or number
+        return None
     if isinstance(value, np.ndarray):
         return f"array({value.dtype}, {list(value.shape)})"
     if isinstance(value, np.generic):  # a number: strings and bytes never get here

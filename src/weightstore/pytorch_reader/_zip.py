@@ -14,9 +14,12 @@ import mmap
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from weightstore._bytesource import ByteSource, MmapSource
 from weightstore._render import bounded_repr
+from weightstore.dtypes import import_on_first_use
 from weightstore.errors import (
     ArchiveError,
     DescriptorError,
@@ -34,6 +37,7 @@ from weightstore.pytorch_reader._layout import (
     SERIALIZATION_ID_RECORD,
     STORAGE_FOLDER,
     TORCH_PACKAGE_MARKER,
+    TORCHSCRIPT_MARKERS,
     VERSION_RECORD,
     ZIP_LOCAL_HEADER,
     ZIP_LOCAL_HEADER_SIZE,
@@ -45,9 +49,21 @@ from weightstore.pytorch_reader._machine import run_pickle
 from weightstore.pytorch_reader._objects import clip, shown_int
 from weightstore.pytorch_reader._rebuild import storage_from_pid
 from weightstore.pytorch_reader._tensors import StorageSource
-from weightstore.pytorch_reader._torchscript import is_torchscript, module_state
 
-__all__ = ["ZipStorages", "load_zip", "payload_offset", "validate_lzma_dictionary"]
+if TYPE_CHECKING:
+    from weightstore.pytorch_reader import _torchscript
+else:  # its code-reading regexes are needed only for TorchScript archives
+    _torchscript = import_on_first_use(
+        "weightstore.pytorch_reader._torchscript", globals(), "_torchscript"
+    )
+
+__all__ = [
+    "ZipStorages",
+    "is_torchscript",
+    "load_zip",
+    "payload_offset",
+    "validate_lzma_dictionary",
+]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
@@ -111,7 +127,7 @@ def _read_zip(
     layout: Layout = "zip"
     if is_torchscript(names, prefix):  # torch.jit.save: the module graph's state dict
         layout = "torchscript"
-        root = module_state(
+        root = _torchscript.module_state(
             root,
             lambda name: (
                 records.read(name, limits.max_pickle_size) if prefix + name in names else None
@@ -131,6 +147,18 @@ def _read_zip(
         records.text(SERIALIZATION_ID_RECORD),
     )
     return Loaded(root, info, [archive.close, storages.close])
+
+
+def is_torchscript(names: Iterable[str], prefix: str = "") -> bool:
+    """Whether entries `names` (those under `prefix`, relative to it) hold a TorchScript
+    archive's ``constants.pkl`` or ``code/`` folder; only then is `_torchscript` imported."""
+    constants, code = TORCHSCRIPT_MARKERS
+    for name in names:
+        if name.startswith(prefix):
+            relative = name[len(prefix) :]
+            if relative == constants or relative.startswith(code):
+                return True
+    return False
 
 
 def _zip_prefix(names: list[str], path: str) -> str:

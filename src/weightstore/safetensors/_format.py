@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
-from weightstore.dtypes import from_name
 from weightstore.safetensors._layout import (
     EXTENSION,
     HEADER_SIZE_FIELD,
@@ -63,6 +62,7 @@ def _open_static(buffer: Any) -> SafetensorsReader:
 def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -> SafetensorsWriter:
     """A writer for a store save. Burn's Flex32 has no SafeTensors name; Burn writes it as F32,
     whose bytes it shares."""
+    from weightstore.dtypes import from_name
     from weightstore.safetensors._writer import SafetensorsWriter
 
     flex32, f32 = from_name("FLEX32"), from_name("F32")

@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from weightstore.dtypes import DType
+if TYPE_CHECKING:  # annotations only: the registry lists this format without the dtype table
+    from weightstore.dtypes import DType
 
 HEADER_SIZE_FIELD: Final = struct.Struct("<Q")  # the u64 header length N
 PREFIX_SIZE: Final = HEADER_SIZE_FIELD.size  # 8 bytes before the JSON

@@ -6,8 +6,13 @@ from a file's content. `BurnpackStore`, `SafetensorsStore` and `PytorchStore` fi
 
 from __future__ import annotations
 
-from weightstore.stores._base import LoadFailedError, Store, StoreOptions
+from typing import TYPE_CHECKING, Any
+
+from weightstore.stores._base import Store, StoreOptions
 from weightstore.stores._declared import BurnpackStore, PytorchStore, SafetensorsStore
+
+if TYPE_CHECKING:
+    from weightstore.stores._load_failure import LoadFailedError
 
 __all__ = [
     "BurnpackStore",
@@ -17,3 +22,14 @@ __all__ = [
     "Store",
     "StoreOptions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`LoadFailedError` on first use: its module brings the load report's machinery, which a
+    program that only opens a store has no use for yet."""
+    if name != "LoadFailedError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from weightstore.stores._load_failure import LoadFailedError
+
+    globals()[name] = LoadFailedError
+    return LoadFailedError

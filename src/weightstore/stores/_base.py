@@ -14,19 +14,12 @@ from-adapter -> apply. Saves go: source (a model, or a store, reader, state dict
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
-from weightstore._atomic import write_atomic
 from weightstore._format import PROBE_SIZE, ContainerFormat
 from weightstore._version import __version__
-from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyResult, LoadRules
-from weightstore.bridge import source_for
-from weightstore.entry import TensorEntry
 from weightstore.errors import (
     FileMissingError,
     InvalidOptionError,
@@ -42,19 +35,19 @@ from weightstore.formats import (
     read_probe,
     what_it_is,
 )
-from weightstore.paths import (
-    KeyRemapper,
-    PathFilter,
-    PathPredicate,
-    map_indices_contiguous,
-    map_indices_contiguous_except,
-)
-from weightstore.snapshot import TensorSnapshot, reader_snapshots
 from weightstore.stores._gc_pause import GcPaused
-from weightstore.stores._load_failure import LoadFailedError, store_fix
-from weightstore.transfer import IndexMapper, apply, collect
 
-__all__ = ["LoadFailedError", "Store", "StoreOptions"]
+if TYPE_CHECKING:
+    # At run time each of these is imported by the one method that needs it (a load, a save,
+    # a builder), so ``from weightstore import SafetensorsStore`` loads the store alone: the
+    # model-walking, snapshot, adapter and writing machinery load with the first use.
+    from weightstore.adapters import Adapter
+    from weightstore.apply_result import ApplyResult
+    from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
+    from weightstore.snapshot import TensorSnapshot
+    from weightstore.transfer import IndexMapper
+
+__all__ = ["Store", "StoreOptions"]
 
 StoreT = TypeVar("StoreT", bound="Store")
 Buffer = bytes | bytearray | memoryview
@@ -76,26 +69,105 @@ def _checked_top_level_key(store: Store, result: ApplyResult) -> str | None:
     return key
 
 
-@dataclass(frozen=True, slots=True)
-class StoreOptions:
-    """Every setting a store has. Field names are the option names that
-    `ContainerFormat.store_options` lists; defaults differ per store (`Store._defaults`)."""
+# `StoreOptions`' fields in declaration order: positional arguments, `replace`, equality, repr.
+_OPTION_FIELDS: Final = (
+    "filter", "remapper", "from_adapter", "to_adapter", "allow_partial", "validate",
+    "overwrite", "metadata", "skip_enum_variants", "map_indices_contiguous",
+    "map_indices_except", "top_level_key", "auto_extension", "dedupe_tied", "durable",
+)  # fmt: skip
 
-    filter: PathFilter = field(default_factory=PathFilter)
-    remapper: KeyRemapper = field(default_factory=KeyRemapper)
-    from_adapter: Adapter | None = None
-    to_adapter: Adapter | None = None
-    allow_partial: bool = False
-    validate: bool = True
-    overwrite: bool = False
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    skip_enum_variants: bool = False
-    map_indices_contiguous: bool = False
-    map_indices_except: str | None = None
-    top_level_key: str | None = None
-    auto_extension: bool = True
-    dedupe_tied: bool = False
-    durable: bool = True
+
+class StoreOptions:
+    """Every setting a store has, immutable. Field names are the option names that
+    `ContainerFormat.store_options` lists; defaults differ per store (`Store._defaults`).
+
+    A plain slotted class rather than a frozen dataclass: the decorator's code generation cost
+    more than the rest of the store's import. It behaves as that dataclass did (keyword or
+    positional fields, equality and hash by value, assignment refused, `replace`).
+    """
+
+    __slots__ = _OPTION_FIELDS
+
+    filter: PathFilter
+    remapper: KeyRemapper
+    from_adapter: Adapter | None
+    to_adapter: Adapter | None
+    allow_partial: bool
+    validate: bool
+    overwrite: bool
+    metadata: Mapping[str, str]
+    skip_enum_variants: bool
+    map_indices_contiguous: bool
+    map_indices_except: str | None
+    top_level_key: str | None
+    auto_extension: bool
+    dedupe_tied: bool
+    durable: bool
+
+    def __init__(
+        self,
+        filter: PathFilter | None = None,  # None: a new empty `PathFilter` (no filtering)
+        remapper: KeyRemapper | None = None,  # None: a new `KeyRemapper` without rules
+        from_adapter: Adapter | None = None,
+        to_adapter: Adapter | None = None,
+        allow_partial: bool = False,
+        validate: bool = True,
+        overwrite: bool = False,
+        metadata: Mapping[str, str] | None = None,  # None: no pairs
+        skip_enum_variants: bool = False,
+        map_indices_contiguous: bool = False,
+        map_indices_except: str | None = None,
+        top_level_key: str | None = None,
+        auto_extension: bool = True,
+        dedupe_tied: bool = False,
+        durable: bool = True,
+    ) -> None:
+        if filter is None or remapper is None:
+            from weightstore.paths import KeyRemapper, PathFilter  # loads with the first store
+
+            filter = PathFilter() if filter is None else filter
+            remapper = KeyRemapper() if remapper is None else remapper
+        values = (
+            filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
+            {} if metadata is None else metadata, skip_enum_variants, map_indices_contiguous,
+            map_indices_except, top_level_key, auto_extension, dedupe_tied, durable,
+        )  # fmt: skip
+        for name, value in zip(_OPTION_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def replace(self, **changes: Any) -> StoreOptions:
+        """A copy with the named fields changed (what `dataclasses.replace` did).
+
+        Raises:
+            TypeError: a name that is no field.
+        """
+        values = {name: getattr(self, name) for name in _OPTION_FIELDS}
+        unknown = changes.keys() - values.keys()
+        if unknown:
+            raise TypeError(f"StoreOptions has no field {sorted(unknown)[0]!r}")
+        values.update(changes)
+        return StoreOptions(**values)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _OPTION_FIELDS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: StoreOptions is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: StoreOptions is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not StoreOptions:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _OPTION_FIELDS)
+        return f"StoreOptions({fields})"
 
 
 class _Output:
@@ -241,7 +313,7 @@ class Store:
                 )
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        clone._options = dataclasses.replace(self._options, **changes)
+        clone._options = self._options.replace(**changes)
         clone._cache = None
         return clone
 
@@ -352,6 +424,8 @@ class Store:
 
     def map_indices_contiguous_except(self: StoreT, pattern: str) -> StoreT:
         """Like `map_indices_contiguous`, but lists whose prefix matches `pattern` keep theirs."""
+        from weightstore.paths import map_indices_contiguous_except
+
         map_indices_contiguous_except([], pattern)  # compiles now: a bad regex fails here
         return self._with(map_indices_contiguous=True, map_indices_except=pattern)
 
@@ -437,6 +511,8 @@ class Store:
 
     def _read_snapshots(self) -> list[TensorSnapshot]:
         """Snapshots as the container names them, in file order, before remapping."""
+        from weightstore.snapshot import reader_snapshots  # the first read loads snapshots
+
         return reader_snapshots(self._open())
 
     def read_metadata(self) -> dict[str, str]:
@@ -446,6 +522,8 @@ class Store:
     def _index_mapper(self) -> IndexMapper | None:
         if not self._options.map_indices_contiguous:
             return None
+        from weightstore.paths import map_indices_contiguous, map_indices_contiguous_except
+
         pattern = self._options.map_indices_except
         if pattern is None:
             return map_indices_contiguous
@@ -511,6 +589,9 @@ class Store:
                 `model` is no source, or the to-adapter needs module types the source lacks.
             DestinationExistsError: the file exists and `overwrite` is off.
         """
+        from weightstore.bridge import source_for
+        from weightstore.transfer import collect
+
         options = self._options
         source = source_for(model)
         snapshots = collect(
@@ -532,6 +613,9 @@ class Store:
                 "SafetensorsStore",
                 format=fmt.name,
             )
+        from weightstore._atomic import write_atomic
+        from weightstore.entry import TensorEntry
+
         entries = [
             TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
         ]
@@ -563,6 +647,10 @@ class Store:
                 the options, a load that writes nothing into a model that has tensors. Its
                 message names the fix (a key remapping when the names differ by a prefix).
         """
+        from weightstore.apply_result import LoadRules
+        from weightstore.stores._load_failure import LoadFailedError, store_fix
+        from weightstore.transfer import apply
+
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
         rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
@@ -653,7 +741,7 @@ def _new_store(store_type: type[StoreT], **source: Any) -> StoreT:
     value = options.metadata.get("format")
     if value is not None:
         metadata = {**options.metadata, "format": _DefaultFormat(value)}
-        options = dataclasses.replace(options, metadata=metadata)
+        options = options.replace(metadata=metadata)
     return store_type(options=options, **source)
 
 
