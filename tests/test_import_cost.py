@@ -141,6 +141,35 @@ def test_store_import_defers_the_load_and_save_machinery() -> None:
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
+# What a plain load (no filter, remapping, adapter or index mapping) never needs: importing
+# any of these would put its module's execution inside the first load's time.
+PLAIN_LOAD_SKIPS = (
+    "weightstore.paths",
+    "weightstore.paths._filter",
+    "weightstore.paths._regex",
+    "weightstore.paths._remap",
+    "weightstore.adapters",
+    "weightstore.stores._load_failure",
+    "difflib",
+)
+
+
+def test_plain_first_load_skips_path_adapter_and_failure_machinery(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    entry = TensorEntry.from_array("fc.weight", np.ones((2, 3), np.float32))
+    path.write_bytes(write_bytes([entry]))
+    code = (
+        "import numpy as np\n"
+        "from weightstore import SafetensorsStore, load_from\n"
+        "model = {'fc': {'weight': np.zeros((2, 3), np.float32)}}\n"
+        f"result = load_from(model, SafetensorsStore.from_file({str(path)!r}))\n"
+        "assert result.applied == ['fc.weight'] and model['fc']['weight'].sum() == 6\n"
+    )
+    loaded = _loaded_after(code)
+    assert "weightstore.transfer" in loaded  # the load did run
+    assert loaded.isdisjoint(PLAIN_LOAD_SKIPS), sorted(loaded & set(PLAIN_LOAD_SKIPS))
+
+
 def test_load_failed_error_is_one_class_under_every_name() -> None:
     from weightstore.stores import LoadFailedError
     from weightstore.stores._load_failure import LoadFailedError as defined
@@ -155,7 +184,8 @@ def test_store_options_keep_frozen_dataclass_behaviour() -> None:
     options = StoreOptions(durable=False)
     changed = options.replace(overwrite=True)
     assert (changed.overwrite, changed.durable, options.overwrite) == (True, False, False)
-    assert changed.filter is options.filter
+    assert changed.filter == options.filter  # the defaults are built on first use, equal
+    assert changed.replace(overwrite=False) == options
     assert options == StoreOptions(filter=options.filter, remapper=options.remapper, durable=False)
     assert options != changed
     with pytest.raises(AttributeError):

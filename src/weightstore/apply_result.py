@@ -37,7 +37,6 @@ from typing import Final, Literal, TypeAlias
 
 from weightstore.dtypes import from_name
 from weightstore.errors import DTypeError
-from weightstore.paths import ENUM_CONTAINER_PREFIX, strip_enum_variants
 
 __all__ = [
     "MAX_NAME_LEN",
@@ -550,6 +549,8 @@ class ApplyResult:
         of at least `SUGGESTION_THRESHOLD`, most similar first (ties keep `unused` order), at
         most `limit` of them. The summary shows one.
         """
+        from weightstore.paths import strip_enum_variants  # reports only: not on a load's path
+
         stripped = strip_enum_variants(path, first_only=True)
         if stripped != path and stripped in self.unused:
             return [stripped]
@@ -695,6 +696,8 @@ def _missing_lines(result: ApplyResult, change: PrefixChange | None) -> list[str
     name under the prefix `change`, when the source has it: exact, and no Jaro scan of every
     unused name)."""
     unused = set(result.unused) if change is not None else set()
+    from weightstore.paths import ENUM_CONTAINER_PREFIX  # summaries only: not on a load's path
+
     title = "Missing Tensors (requested by model but not found in source)"
     in_enums = sum(ENUM_CONTAINER_PREFIX in container for _, container in result.missing)
     advice = []

@@ -127,8 +127,11 @@ class _SourceIndex:
             self.by_key[key] = snapshot
             self.name_of_key[key] = name
 
-    def find(self, path: str) -> TensorSnapshot | None:
-        return self.by_key.get(self.target_key.get(path, path))
+    def find(self, path: str) -> tuple[str, TensorSnapshot] | None:
+        """The key a model path is looked up under and the snapshot there, if any."""
+        key = self.target_key.get(path, path)
+        snapshot = self.by_key.get(key)
+        return None if snapshot is None else (key, snapshot)
 
     def key_of(self, path: str) -> str:
         return self.target_key.get(path, path)
@@ -192,14 +195,21 @@ def apply(
     aliases = bridge.aliases()  # before loading: the ties as the model was built
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
     matching = _match(targets, index, filter, adapter, dtype_policy)
+    planned: tuple[LoadOutcome, ApplyResult] | None = None
     if rules is not None:
         reach = bridge.load_reach() if isinstance(bridge, ReachingBridge) else LoadReach()
-        refused = _refusal(targets, aliases, index, matching, reach, rules)
-        if refused is not None:
-            refused.source = source_path
-            return refused
+        planned_outcome, planned_result, refused = _refusal(
+            targets, aliases, index, matching, reach, rules
+        )
+        if refused:
+            planned_result.source = source_path
+            return planned_result
+        planned = planned_outcome, planned_result
     outcome = bridge.load(matching.plan)
-    result = _report(targets, aliases, index, matching, outcome)
+    if planned is not None and outcome == planned[0]:  # the usual load: as planned, so the
+        result = planned[1]  # planned report is the real one (the same inputs give it)
+    else:
+        result = _report(targets, aliases, index, matching, outcome)
     result.source = source_path
     return result
 
@@ -229,9 +239,11 @@ def _match(
     tensors: dict[str, PendingTensor] = {}
     matching = _Matching()
     for target in targets:
-        snapshot = _lookup(index, target, adapter)
-        if snapshot is not None:
-            matching.used.add(snapshot.full_path)
+        found = _lookup(index, target, adapter)
+        snapshot = None
+        if found is not None:
+            key, snapshot = found
+            matching.used.add(index.name_of_key[key])  # the name, without joining its path
         if not _selected(filter, target):
             # Burn reports a filtered-out tensor the file lacks as missing; excluded is excluded.
             matching.skipped.add(target.path)
@@ -259,8 +271,9 @@ def _refusal(
     matching: _Matching,
     reach: LoadReach,
     rules: LoadRules,
-) -> ApplyResult | None:
-    """The report of a load refused before writing, or None when the load may run.
+) -> tuple[LoadOutcome, ApplyResult, bool]:
+    """The planned outcome, its report, and whether the load is refused before writing (the
+    report then says so); `apply` reuses the report when the real load goes as planned.
 
     The plan is reported as if it loaded in full, with the model's known load code filling its
     defaults (BatchNorm's counter) and unknown code doing nothing; then judged with the benefit
@@ -280,9 +293,9 @@ def _refusal(
     )
     failure = rules.failure(doubtful)
     if failure is None:
-        return None
+        return planned_loads, planned, False
     planned.held_back, planned.applied, planned.refused = planned.applied, [], failure
-    return planned
+    return planned_loads, planned, True
 
 
 def _report(
@@ -336,15 +349,18 @@ def _selected(filter: PathFilter | None, target: Target) -> bool:
     return filter.matches(target.path, target.container_path)
 
 
-def _lookup(index: _SourceIndex, target: Target, adapter: Adapter | None) -> TensorSnapshot | None:
-    """The source tensor for `target`: under its own name, else the adapter's alternative."""
-    snapshot = index.find(target.path)
-    if snapshot is None and adapter is not None:
+def _lookup(
+    index: _SourceIndex, target: Target, adapter: Adapter | None
+) -> tuple[str, TensorSnapshot] | None:
+    """The source tensor for `target` and its index key: under its own name, else the
+    adapter's alternative."""
+    found = index.find(target.path)
+    if found is None and adapter is not None:
         head, _, last = target.path.rpartition(".")
         alternative = adapter.alternative_name(last, target.module_type)
         if alternative is not None:
-            snapshot = index.find(f"{head}.{alternative}" if head else alternative)
-    return snapshot
+            found = index.find(f"{head}.{alternative}" if head else alternative)
+    return found
 
 
 def _prepare(

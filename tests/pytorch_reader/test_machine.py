@@ -194,6 +194,8 @@ def test_out_of_band_buffers_are_refused() -> None:
     [
         (b"\x80\x02.", "STOP", 2, "stack is empty"),
         (b"\x80\x02h\x05.", "BINGET", 2, "never stored"),
+        (b"\x80\x02j\x05\x00\x00\x00.", "LONG_BINGET", 2, "memo entry 5 was never stored"),
+        (b"\x80\x02q\x00.", "BINPUT", 2, "stack is empty"),
         (b"\x80\x02t.", "TUPLE", 2, "no MARK"),
         (b"\x80\x02K\x01)R.", "REDUCE", 5, "not callable"),
         (b"\x80\x02}]K\x01s.", "SETITEM", 6, "cannot be a dict key"),
@@ -225,6 +227,13 @@ def test_a_newer_protocol_is_refused() -> None:
 def test_a_stream_ending_early_is_truncated(data: bytes) -> None:
     with pytest.raises(TruncatedError):
         load(data)
+
+
+@pytest.mark.parametrize(("data", "offset"), [(b"\x80\x02Nq", 4), (b"\x80\x02h", 3), (b"\x80", 1)])
+def test_a_one_byte_argument_cut_off_names_where(data: bytes, offset: int) -> None:
+    with pytest.raises(TruncatedError) as caught:
+        load(data)
+    assert f"uint1 at byte {offset}" in str(caught.value)
 
 
 # -- limits -------------------------------------------------------------------------------------

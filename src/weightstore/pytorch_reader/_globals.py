@@ -17,7 +17,6 @@ import collections
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._render import bounded_repr
@@ -37,6 +36,7 @@ from weightstore.pytorch_reader._objects import (
     shown_int,
     take,
 )
+from weightstore.pytorch_reader._record import ValueRecord
 
 if TYPE_CHECKING:
     import argparse
@@ -66,14 +66,21 @@ _NUMPY_DTYPE_NAME: Final = re.compile(r"[biufcSU][0-9]{1,4}")  # no objects, rec
 _MULTIARRAY: Final = "numpy.core.multiarray"
 
 
-@dataclass(frozen=True, slots=True)
-class StandIn:
+class StandIn(ValueRecord):
     """A global we know: calling it runs `call`; NEWOBJ runs `new` (else records the call)."""
 
+    _FIELDS = ("module", "name", "call", "new")
+    __slots__ = _FIELDS
     module: str
     name: str
     call: StandInFn
-    new: NewFn | None = None
+    new: NewFn | None
+
+    def __init__(self, module: str, name: str, call: StandInFn, new: NewFn | None = None) -> None:
+        self._set("module", module)
+        self._set("name", name)
+        self._set("call", call)
+        self._set("new", new)
 
     @property
     def ref(self) -> GlobalRef:

@@ -5,9 +5,12 @@ object with what to close when done (`Loaded`). The file itself is a `weightstor
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from weightstore.pytorch_reader._record import ValueRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["ArchiveInfo", "Layout", "Loaded"]
 
@@ -16,27 +19,54 @@ Layout = Literal["zip", "legacy", "tar", "pickle", "torchscript"]
 ``"torchscript"`` a `torch.jit.save` archive (the zip layout, see `_torchscript`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ArchiveInfo:
+class ArchiveInfo(ValueRecord):
     """What the layout records about the file (see `PytorchMetadata` for the fields)."""
 
+    _FIELDS = (
+        "layout", "byte_order", "pickle_protocol", "format_version", "archive_version",
+        "storage_alignment", "serialization_id", "sys_info",
+    )  # fmt: skip
+    __slots__ = _FIELDS
     layout: Layout
-    byte_order: str = "little"
-    pickle_protocol: int = 0
-    format_version: str | None = None
-    archive_version: str | None = None
-    storage_alignment: int | None = None
-    serialization_id: str | None = None
-    sys_info: dict[str, object] | None = None
+    byte_order: str
+    pickle_protocol: int
+    format_version: str | None
+    archive_version: str | None
+    storage_alignment: int | None
+    serialization_id: str | None
+    sys_info: dict[str, object] | None
+
+    def __init__(
+        self,
+        layout: Layout,
+        byte_order: str = "little",
+        pickle_protocol: int = 0,
+        format_version: str | None = None,
+        archive_version: str | None = None,
+        storage_alignment: int | None = None,
+        serialization_id: str | None = None,
+        sys_info: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(
+            layout, byte_order, pickle_protocol, format_version, archive_version,
+            storage_alignment, serialization_id, sys_info,
+        )  # fmt: skip
 
 
-@dataclass(slots=True)
 class Loaded:
     """An opened checkpoint: its decoded root object and what to close when done."""
 
-    root: object
-    info: ArchiveInfo
-    closers: list[Callable[[], None]] = field(default_factory=list)
+    __slots__ = ("closers", "info", "root")
+
+    def __init__(
+        self,
+        root: object,
+        info: ArchiveInfo,
+        closers: list[Callable[[], None]] | None = None,
+    ) -> None:
+        self.root = root
+        self.info = info
+        self.closers: list[Callable[[], None]] = [] if closers is None else closers
 
     def close(self) -> None:
         """Run the closers, last added first; a second call does nothing."""

@@ -413,9 +413,9 @@ def _dup(m: Machine, arg: object) -> None:
 
 
 def _mark(m: Machine, arg: object) -> None:
-    if len(m.metastack) >= m.limits.max_depth:
+    if len(m.metastack) >= m._limits.max_depth:
         raise LimitExceeded(
-            "open MARK depth", len(m.metastack) + 1, m.limits.max_depth, path=m.path
+            "open MARK depth", len(m.metastack) + 1, m._limits.max_depth, path=m.path
         )
     m.metastack.append(m.stack)
     m.stacked += len(m.stack)
@@ -433,14 +433,25 @@ def _get(m: Machine, arg: object) -> None:
     m.stack.append(m.memo[index])
 
 
+def _binget(m: Machine, arg: object) -> None:
+    """BINGET and LONG_BINGET: `_get` for an index already read as an int."""
+    value = m.memo.get(arg, _NOTHING)  # type: ignore[call-overload]
+    if value is _NOTHING:
+        raise Malformed(f"memo entry {shown_int(arg)} was never stored")  # type: ignore[arg-type]
+    m.stack.append(value)
+
+
 def _put(m: Machine, arg: object) -> None:
     index = int(arg)  # type: ignore[call-overload]
     if index < 0:
         raise Malformed(f"memo index {shown_int(index)} is negative")
-    if index not in m.memo and len(m.memo) >= m.limits.max_memo_size:
-        raise LimitExceeded("memo size", len(m.memo) + 1, m.limits.max_memo_size, path=m.path)
-    value = m.top()
-    m.memo[index] = value
+    memo = m.memo
+    if index not in memo and len(memo) >= m._limits.max_memo_size:
+        raise LimitExceeded("memo size", len(memo) + 1, m._limits.max_memo_size, path=m.path)
+    if not m.stack:
+        raise Malformed("the stack is empty")
+    value = m.stack[-1]
+    memo[index] = value
     if isinstance(value, Pending):
         value.memo_keys.append(index)
 
@@ -587,8 +598,8 @@ HANDLERS: Final[dict[str, Handler]] = {
     "MARK": _mark,
     "POP_MARK": _pop_mark,
     "GET": _get,
-    "BINGET": _get,
-    "LONG_BINGET": _get,
+    "BINGET": _binget,
+    "LONG_BINGET": _binget,
     "PUT": _put,
     "BINPUT": _put,
     "LONG_BINPUT": _put,

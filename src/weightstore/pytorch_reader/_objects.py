@@ -12,11 +12,11 @@ so a hostile pickle that uses one as a dict key costs one pointer hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_torch
+from weightstore.pytorch_reader._record import ValueRecord
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader._layout import Limits
@@ -113,12 +113,17 @@ class Context(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class GlobalRef:
+class GlobalRef(ValueRecord):
     """A class or function the file names and we do not know; it is never imported."""
 
+    _FIELDS = ("module", "name")
+    __slots__ = _FIELDS
     module: str
     name: str
+
+    def __init__(self, module: str, name: str) -> None:
+        self._set("module", module)
+        self._set("name", name)
 
     @property
     def qualname(self) -> str:
@@ -129,7 +134,6 @@ class GlobalRef:
         return f"<global {clip(self.qualname)}>"
 
 
-@dataclass(eq=False, slots=True)
 class InertObject:
     """What calling a `GlobalRef` built: a record of the call, its state and items, nothing run.
 
@@ -143,13 +147,25 @@ class InertObject:
         dictitems: items SETITEM/SETITEMS added.
     """
 
-    callee: object
-    args: tuple[object, ...] = ()
-    kwargs: dict[str, object] = field(default_factory=dict)
-    how: str = "call"
-    state: object = None
-    listitems: list[object] = field(default_factory=list)
-    dictitems: dict[object, object] = field(default_factory=dict)
+    __slots__ = ("args", "callee", "dictitems", "how", "kwargs", "listitems", "state")
+
+    def __init__(
+        self,
+        callee: object,
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+        how: str = "call",
+        state: object = None,
+        listitems: list[object] | None = None,
+        dictitems: dict[object, object] | None = None,
+    ) -> None:
+        self.callee = callee
+        self.args = args
+        self.kwargs: dict[str, object] = {} if kwargs is None else kwargs
+        self.how = how
+        self.state = state
+        self.listitems: list[object] = [] if listitems is None else listitems
+        self.dictitems: dict[object, object] = {} if dictitems is None else dictitems
 
     @property
     def class_name(self) -> str:
@@ -175,11 +191,15 @@ class InertObject:
         return f"<inert {clip(self.class_name)} object>"
 
 
-@dataclass(frozen=True, slots=True)
-class TorchDType:
+class TorchDType(ValueRecord):
     """A torch dtype the file names (``torch.float32``); `name` is canonical."""
 
+    _FIELDS = ("name",)
+    __slots__ = _FIELDS
     name: str
+
+    def __init__(self, name: str) -> None:
+        self._set("name", name)
 
     @property
     def dtype(self) -> DType:
@@ -195,24 +215,34 @@ class TorchDType:
         return f"torch.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class TorchDevice:
+class TorchDevice(ValueRecord):
     """A ``torch.device``: its type (``"cpu"``, ``"cuda"``) and optional index."""
 
+    _FIELDS = ("type", "index")
+    __slots__ = _FIELDS
     type: str
-    index: int | None = None
+    index: int | None
+
+    def __init__(self, type: str, index: int | None = None) -> None:
+        self._set("type", type)
+        self._set("index", index)
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
 
-@dataclass(frozen=True, slots=True)
-class StorageClass:
+class StorageClass(ValueRecord):
     """A storage class global (``torch.FloatStorage``); `torch_dtype` is ``None`` when the
     name is one torch never wrote, so only its byte width is unknown."""
 
+    _FIELDS = ("name", "torch_dtype")
+    __slots__ = _FIELDS
     name: str
     torch_dtype: str | None
+
+    def __init__(self, name: str, torch_dtype: str | None) -> None:
+        self._set("name", name)
+        self._set("torch_dtype", torch_dtype)
 
     @property
     def itemsize(self) -> int | None:
@@ -223,11 +253,15 @@ class StorageClass:
         return f"torch.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class PersistentRef:
+class PersistentRef(ValueRecord):
     """A persistent id in a file that has nothing to resolve it against (a plain pickle)."""
 
+    _FIELDS = ("pid",)
+    __slots__ = _FIELDS
     pid: object
+
+    def __init__(self, pid: object) -> None:
+        self._set("pid", pid)
 
     def __repr__(self) -> str:
         return "<persistent id>"

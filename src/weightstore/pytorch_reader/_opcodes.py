@@ -20,11 +20,11 @@ import codecs
 import mmap
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Final
 
 from weightstore.errors import LimitExceeded, PickleError, TruncatedError
 from weightstore.pytorch_reader._layout import MAX_DIGITS, MAX_LINE_SIZE, MAX_LONG_SIZE
+from weightstore.pytorch_reader._record import ValueRecord
 
 __all__ = ["OPCODES", "OPCODES_BY_CODE", "ArgReader", "Buffer", "Opcode", "Stream", "iter_ops"]
 
@@ -87,14 +87,23 @@ class Stream:
 # -- argument readers ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ArgReader:
+class ArgReader(ValueRecord):
     """How to read one kind of opcode argument; `size` is the fixed width, or ``None``."""
 
+    _FIELDS = ("name", "size", "read", "doc")
+    __slots__ = _FIELDS
     name: str
     size: int | None
     read: Callable[[Stream], Any]
     doc: str
+
+    def __init__(
+        self, name: str, size: int | None, read: Callable[[Stream], Any], doc: str
+    ) -> None:
+        self._set("name", name)
+        self._set("size", size)
+        self._set("read", read)
+        self._set("doc", doc)
 
 
 def _fixed(layout: struct.Struct, what: str) -> Callable[[Stream], Any]:
@@ -105,7 +114,12 @@ def _fixed(layout: struct.Struct, what: str) -> Callable[[Stream], Any]:
 
 
 def _read_uint1(stream: Stream) -> int:
-    return stream.read(1, "uint1")[0]
+    """`Stream.read` of one byte, inlined: BINPUT and BINGET make this the hottest reader."""
+    pos = stream.pos
+    if pos >= stream.end:
+        raise TruncatedError(f"uint1 at byte {pos:,}", 1, stream.end - pos, path=stream.path)
+    stream.pos = pos + 1
+    return stream.data[pos]
 
 
 def _counted(width: Callable[[Stream], int], what: str) -> Callable[[Stream], bytes]:
@@ -232,15 +246,25 @@ UNICODENL = _reader("unicodestringnl", None, _read_unicodestringnl, "raw-unicode
 # -- the table ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Opcode:
+class Opcode(ValueRecord):
     """One pickle opcode: name, byte, argument, the protocol that added it, stack effect."""
 
+    _FIELDS = ("name", "code", "arg", "proto", "effect")
+    __slots__ = _FIELDS
     name: str
     code: int
     arg: ArgReader | None
     proto: int
     effect: str
+
+    def __init__(
+        self, name: str, code: int, arg: ArgReader | None, proto: int, effect: str
+    ) -> None:
+        self._set("name", name)
+        self._set("code", code)
+        self._set("arg", arg)
+        self._set("proto", proto)
+        self._set("effect", effect)
 
 
 def _op(name: str, code: bytes, arg: ArgReader | None, proto: int, effect: str) -> Opcode:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from weightstore.pytorch_reader._layout import (
     Limits,
 )
 from weightstore.pytorch_reader._loaded import Layout
+from weightstore.pytorch_reader._record import ValueRecord
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 
@@ -41,8 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["PytorchMetadata", "PytorchReader"]
 
 
-@dataclass(frozen=True, slots=True)
-class PytorchMetadata(Mapping[str, object]):
+class PytorchMetadata(ValueRecord, Mapping[str, object]):
     """What a checkpoint says about itself; also a read-only mapping of field name to value.
 
     Attributes:
@@ -60,6 +59,11 @@ class PytorchMetadata(Mapping[str, object]):
         sys_info: the legacy and tar ``sys_info`` dict.
     """
 
+    _FIELDS = (
+        "format", "byte_order", "pytorch_version", "format_version", "archive_version",
+        "storage_alignment", "pickle_protocol", "tensor_count", "total_bytes", "sys_info",
+    )  # fmt: skip
+    __slots__ = _FIELDS
     format: Layout
     byte_order: str
     pytorch_version: str | None
@@ -70,6 +74,24 @@ class PytorchMetadata(Mapping[str, object]):
     tensor_count: int
     total_bytes: int
     sys_info: dict[str, object] | None
+
+    def __init__(
+        self,
+        format: Layout,
+        byte_order: str,
+        pytorch_version: str | None,
+        format_version: str | None,
+        archive_version: str | None,
+        storage_alignment: int | None,
+        pickle_protocol: int,
+        tensor_count: int,
+        total_bytes: int,
+        sys_info: dict[str, object] | None,
+    ) -> None:
+        super().__init__(
+            format, byte_order, pytorch_version, format_version, archive_version,
+            storage_alignment, pickle_protocol, tensor_count, total_bytes, sys_info,
+        )  # fmt: skip
 
     def __getitem__(self, key: str) -> object:
         """The field `key`; `KeyError` for any other key."""
@@ -84,7 +106,7 @@ class PytorchMetadata(Mapping[str, object]):
         return len(_METADATA_FIELDS)
 
 
-_METADATA_FIELDS = tuple(item.name for item in fields(PytorchMetadata))
+_METADATA_FIELDS = PytorchMetadata._FIELDS
 
 
 class PytorchReader:

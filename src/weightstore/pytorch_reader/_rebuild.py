@@ -13,7 +13,6 @@ opens and the error comes, naming the tensor, only when that tensor is asked for
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -194,7 +193,7 @@ def _as_parameter(value: object, requires_grad: object, name: str) -> object:
         return value
     if not isinstance(value, LazyTensor):
         raise Malformed(f"{name} expects a tensor, not {type(value).__name__}")
-    return dataclasses.replace(value, requires_grad=requires_grad is True, is_parameter=True)
+    return value.replace(requires_grad=requires_grad is True, is_parameter=True)
 
 
 def _rebuild_parameter(context: Context, args: tuple[object, ...]) -> object:
@@ -266,7 +265,7 @@ def _rebuild_device_tensor_from_cpu_tensor(context: Context, args: tuple[object,
     if _dtype_arg(dtype, "_rebuild_device_tensor_from_cpu_tensor").name != data.torch_dtype:
         name = f"{_UTILS}._rebuild_device_tensor_from_cpu_tensor"
         return UnreadableTensor(name, "a dtype conversion on load")
-    return dataclasses.replace(data, device=_device_text(device))
+    return data.replace(device=_device_text(device))
 
 
 def _rebuild_meta_tensor_no_storage(context: Context, args: tuple[object, ...]) -> object:

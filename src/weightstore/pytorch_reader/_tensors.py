@@ -22,8 +22,6 @@ so its stride, which may be anything up to 2**63 - 1 in torch, is never used.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from weightstore._render import bounded_repr
@@ -42,6 +40,7 @@ from weightstore.pytorch_reader._layout import (
     MAX_NDIM,
 )
 from weightstore.pytorch_reader._objects import StorageClass, clip, shown_int, torch_itemsize
+from weightstore.pytorch_reader._record import Record
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,8 +96,7 @@ class StorageSource(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class StorageRef:
+class StorageRef(Record):
     """One storage a tensor views: its key, class, element count, and the file holding it.
 
     Attributes:
@@ -110,12 +108,31 @@ class StorageRef:
         view: ``(offset, numel)`` of a legacy storage view inside the root, in elements.
     """
 
+    _FIELDS = ("key", "storage_class", "numel", "location", "source", "view")
+    __slots__ = _FIELDS
     key: str
     storage_class: StorageClass
     numel: int
-    location: str = "cpu"
-    source: StorageSource | None = None
-    view: tuple[int, int] | None = None
+    location: str
+    source: StorageSource | None
+    view: tuple[int, int] | None
+
+    def __init__(
+        self,
+        key: str,
+        storage_class: StorageClass,
+        numel: int,
+        location: str = "cpu",
+        source: StorageSource | None = None,
+        view: tuple[int, int] | None = None,
+    ) -> None:
+        set_field = self._set
+        set_field("key", key)
+        set_field("storage_class", storage_class)
+        set_field("numel", numel)
+        set_field("location", location)
+        set_field("source", source)
+        set_field("view", view)
 
     def itemsize(self, path: str | None, tensor: str | None) -> int:
         """Bytes per element of the storage; `DTypeError` for a class torch never wrote."""
@@ -157,15 +174,28 @@ class StorageRef:
         return numel * self.itemsize(path, tensor)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class UnreadableTensor:
+class UnreadableTensor(Record):
     """A tensor built by a rebuild function we cannot represent (quantized, sparse, nested,
     wrapper subclasses) or of a storage class torch never wrote; touching it raises."""
 
+    _FIELDS = ("global_name", "reason", "dtype_problem", "limit")
+    __slots__ = _FIELDS
     global_name: str
     reason: str
-    dtype_problem: bool = False
-    limit: tuple[str, int, int] | None = None
+    dtype_problem: bool
+    limit: tuple[str, int, int] | None
+
+    def __init__(
+        self,
+        global_name: str,
+        reason: str,
+        dtype_problem: bool = False,
+        limit: tuple[str, int, int] | None = None,
+    ) -> None:
+        self._set("global_name", global_name)
+        self._set("reason", reason)
+        self._set("dtype_problem", dtype_problem)
+        self._set("limit", limit)
 
     def error(
         self, path: str | None, tensor: str | None
@@ -184,8 +214,7 @@ class UnreadableTensor:
         return f"<unreadable tensor: {self.reason}>"
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class LazyTensor:
+class LazyTensor(Record):
     """A tensor in a PyTorch file: its dtype and shape known, its values read on `to_numpy`.
 
     Attributes:
@@ -204,20 +233,47 @@ class LazyTensor:
             its storage's (see `validate`).
     """
 
+    _FIELDS = (
+        "shape", "stride", "storage_offset", "torch_dtype", "storage", "array", "requires_grad",
+        "is_parameter", "conj", "neg", "device", "name", "path", "max_expanded_size",
+    )  # fmt: skip
+    __slots__ = _FIELDS
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     storage_offset: int
     torch_dtype: str
-    storage: StorageRef | None = None
-    array: np.ndarray[Any, Any] | None = None
-    requires_grad: bool = False
-    is_parameter: bool = False
-    conj: bool = False
-    neg: bool = False
-    device: str = "cpu"
-    name: str | None = None
-    path: str | None = None
-    max_expanded_size: int = MAX_EXPANDED_SIZE
+    storage: StorageRef | None
+    array: np.ndarray[Any, Any] | None
+    requires_grad: bool
+    is_parameter: bool
+    conj: bool
+    neg: bool
+    device: str
+    name: str | None
+    path: str | None
+    max_expanded_size: int
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+        storage_offset: int,
+        torch_dtype: str,
+        storage: StorageRef | None = None,
+        array: np.ndarray[Any, Any] | None = None,
+        requires_grad: bool = False,
+        is_parameter: bool = False,
+        conj: bool = False,
+        neg: bool = False,
+        device: str = "cpu",
+        name: str | None = None,
+        path: str | None = None,
+        max_expanded_size: int = MAX_EXPANDED_SIZE,
+    ) -> None:
+        super().__init__(
+            shape, stride, storage_offset, torch_dtype, storage, array, requires_grad,
+            is_parameter, conj, neg, device, name, path, max_expanded_size,
+        )  # fmt: skip
 
     @property
     def dtype(self) -> DType:
@@ -247,7 +303,7 @@ class LazyTensor:
 
     def with_name(self, name: str) -> LazyTensor:
         """A copy named `name`, so that its errors name the tensor."""
-        return dataclasses.replace(self, name=name)
+        return self.replace(name=name)
 
     def validate(self) -> None:
         """Prove the tensor readable without reading it: dtype known, shape one NumPy can hold,

@@ -60,7 +60,6 @@ state are refused with that error at open.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -280,7 +279,7 @@ class _StateBuilder:
         for key, value in attributes.items():  # slot order, as torch pickles them
             if key in parameters and _is_tensor(value):
                 if isinstance(value, LazyTensor):
-                    value = dataclasses.replace(value, is_parameter=True)
+                    value = value.replace(is_parameter=True)
                 state[key] = value
         for key, value in attributes.items():
             if key in buffers and key in header.tensor_typed and _is_tensor(value):

@@ -86,10 +86,12 @@ class StoreOptions:
     positional fields, equality and hash by value, assignment refused, `replace`).
     """
 
-    __slots__ = _OPTION_FIELDS
+    # `filter` and `remapper` are properties over these two: None until first asked for, so a
+    # plain load never imports `weightstore.paths` (its regex machinery costs ~1 ms).
+    __slots__ = ("_filter", "_remapper", *_OPTION_FIELDS[2:])
 
-    filter: PathFilter
-    remapper: KeyRemapper
+    _filter: PathFilter | None
+    _remapper: KeyRemapper | None
     from_adapter: Adapter | None
     to_adapter: Adapter | None
     allow_partial: bool
@@ -122,18 +124,41 @@ class StoreOptions:
         dedupe_tied: bool = False,
         durable: bool = True,
     ) -> None:
-        if filter is None or remapper is None:
-            from weightstore.paths import KeyRemapper, PathFilter  # loads with the first store
-
-            filter = PathFilter() if filter is None else filter
-            remapper = KeyRemapper() if remapper is None else remapper
         values = (
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
             {} if metadata is None else metadata, skip_enum_variants, map_indices_contiguous,
             map_indices_except, top_level_key, auto_extension, dedupe_tied, durable,
         )  # fmt: skip
-        for name, value in zip(_OPTION_FIELDS, values, strict=True):
+        for name, value in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, name, value)
+
+    @property
+    def filter(self) -> PathFilter:
+        """Which tensors loads and saves keep; an empty `PathFilter` (keep all) by default."""
+        if self._filter is None:
+            from weightstore.paths import PathFilter
+
+            object.__setattr__(self, "_filter", PathFilter())
+        return cast("PathFilter", self._filter)
+
+    @property
+    def remapper(self) -> KeyRemapper:
+        """How tensor names are renamed; a `KeyRemapper` without rules by default."""
+        if self._remapper is None:
+            from weightstore.paths import KeyRemapper
+
+            object.__setattr__(self, "_remapper", KeyRemapper())
+        return cast("KeyRemapper", self._remapper)
+
+    def active_filter(self) -> PathFilter | None:
+        """The filter when one that drops anything is set, else None (no import, no calls)."""
+        kept = self._filter
+        return None if kept is None or kept.is_empty else kept
+
+    def active_remapper(self) -> KeyRemapper | None:
+        """The remapper when it has rules, else None (no import, no calls)."""
+        rules = self._remapper
+        return None if rules is None or not rules.rules else rules
 
     def replace(self, **changes: Any) -> StoreOptions:
         """A copy with the named fields changed (what `dataclasses.replace` did).
@@ -141,7 +166,9 @@ class StoreOptions:
         Raises:
             TypeError: a name that is no field.
         """
-        values = {name: getattr(self, name) for name in _OPTION_FIELDS}
+        # The raw slots: a default filter or remapper not built yet stays unbuilt in the copy.
+        raw = (getattr(self, slot) for slot in self.__slots__)
+        values = dict(zip(_OPTION_FIELDS, raw, strict=True))
         unknown = changes.keys() - values.keys()
         if unknown:
             raise TypeError(f"StoreOptions has no field {sorted(unknown)[0]!r}")
@@ -536,11 +563,10 @@ class Store:
     def _remapped_by_name(self, snapshots: Sequence[TensorSnapshot]) -> dict[str, TensorSnapshot]:
         """`_remapped`, keyed by the new names (in order)."""
         olds = [s.full_path for s in snapshots]
-        remapper = self._options.remapper
-        if remapper.rules:
-            names = remapper.remap_names(olds, path=self._path)
-        else:  # no rule renames, so no two names meet: `remap_names` without the calls
-            names = dict(zip(olds, olds, strict=True))
+        remapper = self._options.active_remapper()
+        if remapper is None:  # no rule renames, so no two names meet and none changes
+            return dict(zip(olds, snapshots, strict=True))
+        names = remapper.remap_names(olds, path=self._path)
         by_old = dict(zip(olds, snapshots, strict=True))
         return {new: _renamed(by_old[old], new) for new, old in names.items()}
 
@@ -648,7 +674,6 @@ class Store:
                 message names the fix (a key remapping when the names differ by a prefix).
         """
         from weightstore.apply_result import LoadRules
-        from weightstore.stores._load_failure import LoadFailedError, store_fix
         from weightstore.transfer import apply
 
         options = self._options
@@ -658,7 +683,7 @@ class Store:
             result = apply(
                 model,
                 list(self.get_all_snapshots().values()),
-                options.filter,
+                options.active_filter(),
                 options.from_adapter,
                 device=device,
                 map_indices=self._index_mapper(),
@@ -670,6 +695,8 @@ class Store:
         failure = result.refused or rules.failure(result)
         if failure is None:
             return result
+        from weightstore.stores._load_failure import LoadFailedError, store_fix  # failures only
+
         raise LoadFailedError(result, failure, store_fix(result, failure), path=path)
 
     def get_bytes(self) -> bytes:
