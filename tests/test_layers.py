@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     "weightstore.errors": 0,
     "weightstore.dtypes": 0,
     "weightstore._render": 0,  # bounded rendering of file content, for every message
+    "weightstore._record": 0,  # the immutable record base, in place of frozen dataclasses
+    "weightstore._gc": 0,  # pausing the garbage collector over allocation-heavy work
     # 1: byte sources: where bytes come from and how they reach a disk atomically.
     "weightstore._bytesource": 1,
     "weightstore._atomic": 1,
@@ -94,14 +96,18 @@ STANDS_ALONE: dict[str, StandsAlone] = {
                 "weightstore.dtypes",
                 "weightstore.errors",
                 "weightstore._bytesource",
-                "weightstore._format",  # the FORMAT record type: a dataclass, no behaviour
+                "weightstore._format",  # the FORMAT record type: a plain record, no behaviour
                 "weightstore._render",  # bounded_repr: standard library only
+                "weightstore._record",  # the record base: standard library only
+                "weightstore._gc",  # collector_paused: standard library only
             }
         ),
         frozenset({"numpy"}),
     ),
     # Path strings only: stores and model bridges share it, whatever they hold.
-    "weightstore.paths": StandsAlone(frozenset({"weightstore.errors"}), frozenset()),
+    "weightstore.paths": StandsAlone(
+        frozenset({"weightstore.errors", "weightstore._record"}), frozenset()
+    ),
 }
 
 

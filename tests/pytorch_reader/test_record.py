@@ -1,4 +1,4 @@
-"""The reader's value records (`_record.py`): they behave as the frozen dataclasses they
+"""The reader's value records (on `weightstore._record`): they behave as the frozen dataclasses they
 replaced, and no class on the load path is a dataclass (generating one costs a millisecond)."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from weightstore.pytorch_reader._opcodes import OPCODES
 from weightstore.pytorch_reader._reader import PytorchMetadata
 
 LOAD_PATH_MODULES = [
-    "_archive", "_globals", "_loaded", "_machine", "_objects", "_opcodes", "_reader",
-    "_rebuild", "_record", "_tensors", "_walk", "_zip",
+    "weightstore._record", *(f"weightstore.pytorch_reader.{name}" for name in (
+        "_archive", "_globals", "_layout", "_loaded", "_machine", "_objects", "_opcodes",
+        "_reader", "_rebuild", "_tensors", "_walk", "_zip",
+    )),
 ]  # fmt: skip
 
 
@@ -70,7 +72,7 @@ def test_metadata_is_still_a_mapping_of_its_fields() -> None:
 
 @pytest.mark.parametrize("name", LOAD_PATH_MODULES)
 def test_no_class_on_the_load_path_is_a_dataclass(name: str) -> None:
-    module = importlib.import_module(f"weightstore.pytorch_reader.{name}")
+    module = importlib.import_module(name)
     found = [
         value.__name__
         for value in vars(module).values()

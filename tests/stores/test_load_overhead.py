@@ -13,12 +13,12 @@ import pytest
 
 import weightstore.stores._base as store_base
 from weightstore import BurnpackStore, SafetensorsStore, load_from, save_into
+from weightstore._gc import collector_paused
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import UnsupportedFormatError
 from weightstore.safetensors import SafetensorsReader
 from weightstore.snapshot import reader_snapshots
 from weightstore.stores import LoadFailedError
-from weightstore.stores._gc_pause import GcPaused
 
 WEIGHTS: dict[str, np.ndarray[Any, Any]] = {
     "a": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -38,10 +38,10 @@ def collector_on() -> Iterator[None]:
 
 @pytest.mark.usefixtures("collector_on")
 def test_gc_paused_restores_an_enabled_collector_also_on_error() -> None:
-    with GcPaused():
+    with collector_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
-    with pytest.raises(KeyError), GcPaused():
+    with pytest.raises(KeyError), collector_paused():
         raise KeyError("x")
     assert gc.isenabled()
 
@@ -49,12 +49,12 @@ def test_gc_paused_restores_an_enabled_collector_also_on_error() -> None:
 @pytest.mark.usefixtures("collector_on")
 def test_gc_paused_leaves_a_disabled_collector_disabled_and_nests() -> None:
     gc.disable()
-    with GcPaused():
+    with collector_paused():
         pass
     assert not gc.isenabled()
     gc.enable()
-    with GcPaused():
-        with GcPaused():
+    with collector_paused():
+        with collector_paused():
             pass
         assert not gc.isenabled()  # the inner pause does not switch the outer one's off
     assert gc.isenabled()

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
+from weightstore._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 from weightstore.paths._regex import compile_pattern
 
@@ -38,11 +39,12 @@ def _strings(values: Iterable[str], what: str) -> tuple[str, ...]:
     return items
 
 
-class PathFilter:
+class PathFilter(ValueRecord):
     """Select tensors by path; immutable, each builder method returns a new filter.
 
-    A plain class, not a dataclass: this module loads with every store, and generating the
-    dataclass cost more at import than the class does in use.
+    A `ValueRecord` (compared and hashed by its four fields), not a dataclass: this module
+    loads with every store, and generating the dataclass cost more at import than the class
+    does in use.
 
     Example:
         >>> keep = PathFilter().with_regex(r"^encoder\\.").with_full_path("head.weight")
@@ -56,7 +58,8 @@ class PathFilter:
         accept_all: set by `match_all()`; matches every path whatever else is set.
     """
 
-    __slots__ = ("_full_path_set", "accept_all", "full_paths", "predicates", "regexes")
+    _FIELDS = ("regexes", "full_paths", "predicates", "accept_all")
+    __slots__ = (*_FIELDS, "_full_path_set")
 
     regexes: tuple[re.Pattern[str], ...]
     full_paths: tuple[str, ...]
@@ -71,35 +74,12 @@ class PathFilter:
         predicates: tuple[PathPredicate, ...] = (),
         accept_all: bool = False,
     ) -> None:
-        set_field = object.__setattr__  # frozen: `__setattr__` refuses every later change
-        set_field(self, "regexes", regexes)
-        set_field(self, "full_paths", full_paths)
-        set_field(self, "predicates", predicates)
-        set_field(self, "accept_all", accept_all)
+        self._set("regexes", regexes)
+        self._set("full_paths", full_paths)
+        self._set("predicates", predicates)
+        self._set("accept_all", accept_all)
         # A set beside the ordered tuple: a load may test thousands of paths against it.
-        set_field(self, "_full_path_set", frozenset(full_paths))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(
-            f"PathFilter is immutable; its builders return a new one, not {name!r}"
-        )
-
-    def _fields(self) -> tuple[object, ...]:
-        return (self.regexes, self.full_paths, self.predicates, self.accept_all)
-
-    def __repr__(self) -> str:
-        return (
-            f"PathFilter(regexes={self.regexes!r}, full_paths={self.full_paths!r}, "
-            f"predicates={self.predicates!r}, accept_all={self.accept_all!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not PathFilter:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
+        self._set("_full_path_set", frozenset(full_paths))
 
     def with_regex(self, pattern: str) -> PathFilter:
         """Also match paths in which `pattern` is found (unanchored; use ``^``/``$`` to anchor).

@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
+from weightstore._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 
 # Escapes that only Rust understands, outside character classes; each becomes a Python equivalent.
@@ -147,25 +148,18 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         raise _bad_pattern(pattern, f"does not compile: {err}") from err
 
 
-class GroupRef:
+class GroupRef(ValueRecord):
     """A capture-group reference inside a replacement: a number or a name.
 
-    A plain class, not a dataclass: this module loads with every store, and generating a
+    A `ValueRecord`, not a dataclass: this module loads with every store, and generating a
     dataclass costs more at import than the whole class does in use."""
 
-    __slots__ = ("key",)
+    __slots__ = _FIELDS = ("key",)
+
+    key: int | str
 
     def __init__(self, key: int | str) -> None:
-        self.key = key
-
-    def __repr__(self) -> str:
-        return f"GroupRef(key={self.key!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is GroupRef and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash((GroupRef, self.key))
+        self._set("key", key)
 
 
 Replacement: TypeAlias = "tuple[str | GroupRef, ...]"

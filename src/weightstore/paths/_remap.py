@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from weightstore._record import ValueRecord
 from weightstore.errors import InvalidOptionError, RemapCollisionError
 from weightstore.paths._regex import Replacement, compile_pattern, parse_replacement, replace_all
 
@@ -82,10 +83,10 @@ class RemapRule:
         return replace_all(self.regex, self.parts, path)
 
 
-class KeyRemapper:
+class KeyRemapper(ValueRecord):
     """An ordered, immutable chain of renaming rules; `with_rule` returns a new remapper.
 
-    A plain class, not a dataclass: this module loads with every store, and generating the
+    A `ValueRecord`, not a dataclass: this module loads with every store, and generating the
     dataclass cost more at import than the class does in use.
 
     Example:
@@ -101,28 +102,12 @@ class KeyRemapper:
         rules: the rules in the order they run.
     """
 
-    __slots__ = ("rules",)
+    __slots__ = _FIELDS = ("rules",)
 
     rules: tuple[RemapRule, ...]
 
     def __init__(self, rules: tuple[RemapRule, ...] = ()) -> None:
-        object.__setattr__(self, "rules", rules)  # frozen: `__setattr__` refuses changes
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(
-            f"KeyRemapper is immutable; build a new one with `with_rule`, not {name!r}"
-        )
-
-    def __repr__(self) -> str:
-        return f"KeyRemapper(rules={self.rules!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not KeyRemapper:
-            return NotImplemented
-        return self.rules == other.rules
-
-    def __hash__(self) -> int:
-        return hash(self.rules)
+        self._set("rules", rules)
 
     @classmethod
     def from_patterns(cls, pairs: Iterable[tuple[str, str]]) -> KeyRemapper:

@@ -5,12 +5,10 @@ PyTorch checkpoints are read only: weightstore never writes pickles.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat
+from weightstore._gc import collector_paused
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     PICKLE_PROTO,
@@ -22,7 +20,7 @@ from weightstore.pytorch_reader._layout import (
 if TYPE_CHECKING:
     from weightstore.pytorch_reader._reader import PytorchReader
 
-__all__ = ["FORMAT", "collector_paused"]
+__all__ = ["FORMAT"]
 
 # Protocol 0 and 1 pickles (the oldest legacy files) spell the magic number as a text LONG.
 _LEGACY_TEXT_MAGIC: Final = b"L" + str(MAGIC_NUMBER).encode()
@@ -46,27 +44,6 @@ def _sniff(head: bytes, size: int) -> bool:
         or (len(head) >= 2 and head[0] == PICKLE_PROTO and head[1] in _PICKLE_PROTOCOLS)
         or head.startswith(_LEGACY_TEXT_MAGIC)
     )
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Run the body with Python's cyclic garbage collector paused, then restore it.
-
-    Opening a checkpoint imports the reader and builds a few objects per opcode, all of them
-    kept by the reader; none is garbage. In a process that has just imported torch, those
-    allocations trip a full collection over torch's objects (about 100-200 ms on a 2-core
-    machine, more than decoding the pickle of a 73-tensor model takes), which `torch.load`,
-    allocating little, escapes. Paused, the open costs what its own work costs. Only the
-    outermost pause re-enables the collector, and only when it found it enabled; a hostile
-    pickle's cycles are collected later, as usual, and its size stays capped by `Limits`.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _open_file(path: Any, **options: Any) -> PytorchReader:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore._record import ValueRecord
 from weightstore._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES, import_on_first_use
 from weightstore.pytorch_reader import _rebuild
@@ -36,7 +37,6 @@ from weightstore.pytorch_reader._objects import (
     shown_int,
     take,
 )
-from weightstore.pytorch_reader._record import ValueRecord
 
 if TYPE_CHECKING:
     import argparse

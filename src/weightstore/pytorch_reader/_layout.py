@@ -54,6 +54,7 @@ import struct
 import sys
 from typing import Final
 
+from weightstore._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 
 # -- signatures and records ---------------------------------------------------------------------
@@ -153,17 +154,17 @@ BUILT_SIZE_SLACK: Final = 2**20
 """Bytes any pickle may build besides MAX_BUILT_RATIO times its size."""
 
 
-class Limits:
+class Limits(ValueRecord):
     """The resource caps one reader applies; every field defaults to the constant of that name.
 
-    Immutable and compared field by field. A plain class, not a dataclass: this module loads
-    with the format registry, and generating a dataclass costs more at import than it saves.
+    Immutable and compared field by field (a `ValueRecord`: this module loads with the format
+    registry, and generating a dataclass costs more at import than it saves).
 
     Raises:
         InvalidOptionError: a field that is not a positive integer; raised at construction.
     """
 
-    __slots__ = LIMIT_NAMES = (
+    __slots__ = _FIELDS = LIMIT_NAMES = (
         "max_pickle_size",
         "max_memo_size",
         "max_stack_size",
@@ -215,25 +216,7 @@ class Limits:
         for name, value in zip(Limits.LIMIT_NAMES, values, strict=True):
             if type(value) is not int or value <= 0:
                 raise InvalidOptionError(f"{name} must be a positive int, not {value!r}")
-            object.__setattr__(self, name, value)  # frozen: `__setattr__` refuses changes
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Limits is immutable; cannot set {name!r}")
-
-    def _values(self) -> tuple[int, ...]:
-        return tuple(getattr(self, name) for name in Limits.LIMIT_NAMES)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in Limits.LIMIT_NAMES)
-        return f"Limits({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not Limits:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
+            self._set(name, value)
 
 
 DEFAULT_LIMITS: Final = Limits()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from weightstore.pytorch_reader._record import ValueRecord
+from weightstore._record import ValueRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable

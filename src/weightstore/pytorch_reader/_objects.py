@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from weightstore._record import ValueRecord
 from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_torch
-from weightstore.pytorch_reader._record import ValueRecord
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader._layout import Limits

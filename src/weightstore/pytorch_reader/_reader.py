@@ -14,9 +14,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from weightstore._bytesource import ReadMode
+from weightstore._gc import collector_paused
+from weightstore._record import ValueRecord
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
 from weightstore.pytorch_reader._archive import open_archive
-from weightstore.pytorch_reader._format import collector_paused
 from weightstore.pytorch_reader._layout import (
     MAX_CONTAINER_SIZE,
     MAX_DEPTH,
@@ -31,7 +32,6 @@ from weightstore.pytorch_reader._layout import (
     Limits,
 )
 from weightstore.pytorch_reader._loaded import Layout
-from weightstore.pytorch_reader._record import ValueRecord
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from weightstore._record import Record
 from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_torch, import_on_first_use
 from weightstore.errors import (
@@ -40,7 +41,6 @@ from weightstore.pytorch_reader._layout import (
     MAX_NDIM,
 )
 from weightstore.pytorch_reader._objects import StorageClass, clip, shown_int, torch_itemsize
-from weightstore.pytorch_reader._record import Record
 
 if TYPE_CHECKING:
     import numpy as np

@@ -36,6 +36,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore._record import ValueRecord
+
 if TYPE_CHECKING:  # annotations only: the registry lists this format without the dtype table
     from weightstore.dtypes import DType
 
@@ -63,14 +65,14 @@ DTYPE_RANK: Final[tuple[str, ...]] = (
 _RANK_OF: Final = {name: rank for rank, name in enumerate(DTYPE_RANK)}
 
 
-class TensorDescriptor:
+class TensorDescriptor(ValueRecord):
     """One tensor's header entry: its dtype, shape and where its bytes lie in the data buffer.
 
-    Immutable and compared field by field. A plain class, not a dataclass: this module loads
-    with the format registry, and generating a dataclass costs more at import than it saves.
+    Immutable and compared field by field (a `ValueRecord`: this module loads with the format
+    registry, and generating a dataclass costs more at import than it saves).
     """
 
-    __slots__ = ("data_offsets", "dtype", "name", "shape")
+    __slots__ = _FIELDS = ("name", "dtype", "shape", "data_offsets")
 
     name: str
     dtype: DType
@@ -80,31 +82,10 @@ class TensorDescriptor:
     def __init__(
         self, name: str, dtype: DType, shape: tuple[int, ...], data_offsets: tuple[int, int]
     ) -> None:
-        set_field = object.__setattr__  # frozen: `__setattr__` refuses every later change
-        set_field(self, "name", name)
-        set_field(self, "dtype", dtype)
-        set_field(self, "shape", shape)
-        set_field(self, "data_offsets", data_offsets)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"TensorDescriptor is immutable; cannot set {name!r}")
-
-    def _fields(self) -> tuple[object, ...]:
-        return (self.name, self.dtype, self.shape, self.data_offsets)
-
-    def __repr__(self) -> str:
-        return (
-            f"TensorDescriptor(name={self.name!r}, dtype={self.dtype!r}, shape={self.shape!r}, "
-            f"data_offsets={self.data_offsets!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not TensorDescriptor:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
+        self._set("name", name)
+        self._set("dtype", dtype)
+        self._set("shape", shape)
+        self._set("data_offsets", data_offsets)
 
     @property
     def nbytes(self) -> int:

@@ -16,7 +16,6 @@ Any other header, hostile ones included, goes to the general parser (`_parse_top
 from __future__ import annotations
 
 import functools
-import gc
 import itertools
 import math
 import operator
@@ -26,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore._bytesource import ByteSource, ReadMode, open_source
+from weightstore._gc import collector_paused
 from weightstore._reader_base import ContainerReader, Span, parse_shape_and_offsets, spans_of
 from weightstore._render import bounded_repr
 from weightstore._slice import TensorSlice
@@ -74,9 +74,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         self.data_start = PREFIX_SIZE + self.header_size
         data_size = source.size - self.data_start
         block = self._source.read(PREFIX_SIZE, self.header_size, "the JSON header")
-        collecting = gc.isenabled()
-        gc.disable()  # a header holds thousands of small objects; collecting them costs 2x
-        try:
+        with collector_paused():  # a header holds thousands of small objects, none garbage
             canonical = _parse_canonical(block, data_size, self.path)
             if canonical is None:  # anything unusual: the general parser decides, and explains
                 self._metadata, in_order = _parse_top(self._decode(block), self.path)
@@ -86,9 +84,6 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
             else:
                 self._metadata, self._spans = canonical
                 descriptors = _LazyDescriptors(self._spans)
-        finally:
-            if collecting:
-                gc.enable()
         # In data order, as the file lays them out; `names()` gives them sorted.
         self.descriptors = descriptors
 

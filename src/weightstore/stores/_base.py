@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 from weightstore._format import PROBE_SIZE, ContainerFormat
+from weightstore._gc import collector_paused
 from weightstore._version import __version__
 from weightstore.errors import (
     FileMissingError,
@@ -35,7 +36,6 @@ from weightstore.formats import (
     read_probe,
     what_it_is,
 )
-from weightstore.stores._gc_pause import GcPaused
 
 if TYPE_CHECKING:
     # At run time each of these is imported by the one method that needs it (a load, a save,
@@ -574,7 +574,9 @@ class Store:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
         renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
-            with GcPaused():  # a snapshot per tensor: no garbage, but collections to trigger
+            with (
+                collector_paused()
+            ):  # a snapshot per tensor: no garbage, but collections to trigger
                 renamed = self._remapped_by_name(self._read_snapshots())
                 mapper = self._index_mapper()
                 if mapper is not None:  # as in Burn: remap first, then renumber lists
@@ -679,7 +681,7 @@ class Store:
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
         rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
-        with GcPaused():  # no garbage to find, and a full pass over torch's objects costs
+        with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
             result = apply(
                 model,
                 list(self.get_all_snapshots().values()),
