@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bench_proc import run_with_peak_rss
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -94,17 +96,8 @@ def console(name: str) -> str:
 
 def measured(argv: list[str]) -> dict[str, float]:
     """Run `argv` to completion; its wall seconds and peak RSS in bytes."""
-    started = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert child.stderr is not None
-    stderr = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    child.stderr.close()
-    if child.returncode != 0:
-        raise RuntimeError(f"{argv[:3]}: exit {child.returncode}\n{stderr[-4000:]!r}")
-    return {"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024}
+    seconds, peak_rss = run_with_peak_rss(argv, label=" ".join(argv[:3]))
+    return {"seconds": seconds, "peak_rss": peak_rss}
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench_io import drop_all_caches, evict, eviction_method
+from bench_proc import run_with_peak_rss
 
 MB = 1000**2
 QUICK_REPEAT = 1  # pairs per row in --quick, which also skips the warm-up pair: each child
@@ -447,26 +448,16 @@ def run_side(side: Side, files: Files) -> None:
 
 
 def run_measured_process(side: Side, files: Files) -> None:
-    """Run a whole-process side with `wait4`, recording wall time and its peak RSS."""
+    """Run a whole-process side, recording its wall time and peak RSS."""
     assert side.command is not None
-    started = time.perf_counter()
-    child = subprocess.Popen(
+    wall, peak = run_with_peak_rss(
         side.command(files),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        label=side.label,
         cwd=files.directory,
         env=child_environment(files.directory),
     )
-    assert child.stderr is not None
-    stderr = child.stderr.read()  # until the child closes it, at exit
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
-    child.stderr.close()
-    if child.returncode != 0:
-        raise RuntimeError(f"{side.label}: exit {child.returncode}\n{stderr[-4000:]!r}")
     side.seconds.append(wall)
-    side.peak_rss.append(usage.ru_maxrss * 1024)  # KiB on Linux
+    side.peak_rss.append(peak)
 
 
 def run_row(row: RowSpec, files: Files, repeat: int, warmup: bool) -> None:
