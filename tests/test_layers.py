@@ -56,6 +56,8 @@ LAYERS: dict[str, int] = {
     "weightstore.pytorch_reader": 3,
     # 4: the format registry: the list of FORMAT records and detection.
     "weightstore.formats": 4,
+    # 4: sharded sets: a directory of single-file containers and its index.
+    "weightstore.sets": 4,
     # 5: snapshots and path strings.
     "weightstore.snapshot": 5,
     "weightstore.paths": 5,

@@ -13,7 +13,9 @@ resembles, so callers can catch ours or keep their old handlers::
     │   │   └── MissingStorageError         a tensor whose storage the file does not hold
     │   ├── LimitExceeded                   a claimed size over a reader limit
     │   ├── TruncatedError (EOFError)       the file ends before what it claims
-    │   └── ArchiveError                    the zip or tar container around the data is damaged
+    │   ├── ArchiveError                    the zip or tar container around the data is damaged
+    │   └── SetError                        a sharded set's index or shards break the set's rules
+    │       └── SetMismatchError            a shard belongs to another save than the index
     ├── UnsupportedFormatError (ValueError) a file that is not a format we read
     │   └── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
@@ -58,6 +60,8 @@ __all__ = [
     "PickleError",
     "RemapCollisionError",
     "SaveFailedError",
+    "SetError",
+    "SetMismatchError",
     "SliceError",
     "TensorNotFoundError",
     "TruncatedError",
@@ -438,3 +442,30 @@ class KeyNotFoundError(TensorNotFoundError):
         more = f" and {len(available) - 20:,} more" if len(available) > 20 else ""
         listing = f"the file has {shown}{more}" if available else "the file has no keys there"
         WeightstoreError.__init__(self, f"{what} {key!r} not found; {listing}", path=path)
+
+
+class SetError(FormatError):
+    """A sharded checkpoint set breaks its rules: an index that is not the JSON it should be,
+    a shard name that leaves the directory, a tensor claimed by two shards, a shard the index
+    names but the directory lacks. `path` is the index (or directory), `tensor` the tensor at
+    fault where one is.
+
+    Attributes:
+        shard: the shard file at fault, where one is.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        path: str | None = None,
+        tensor: str | None = None,
+        shard: str | None = None,
+    ) -> None:
+        super().__init__(detail, path=path, tensor=tensor)
+        self.shard = shard
+
+
+class SetMismatchError(SetError):
+    """A shard carries another set id than its index: the directory mixes two saves (another
+    tool rewrote shards in place, or files were copied between sets). Never loaded silently."""
