@@ -300,8 +300,9 @@ class FileMissingError(WeightstoreError, FileNotFoundError):
 
 
 class PathIsDirectoryError(WeightstoreError, IsADirectoryError):
-    """A path names a directory where one file is expected. A store or reader is one file;
-    sharded sets (a folder of shards and their index) are not read yet.
+    """A path names a directory where one file is expected: a container reader reads one file.
+    A sharded set (a folder of shards and their index) is read through a store
+    (``SafetensorsStore.from_file(directory)``) or `weightstore.sets.open_set`.
 
     `errno` and `filename` are set as the builtin's are (``EISDIR``, the path).
 
@@ -311,8 +312,8 @@ class PathIsDirectoryError(WeightstoreError, IsADirectoryError):
 
     def __init__(self, path: str) -> None:
         super().__init__(
-            "is a directory, not a file; weightstore opens single files (sharded sets are not "
-            "read yet), so name one file inside it",
+            "is a directory, not a file; a reader opens one file (open a sharded set in a "
+            "directory with a store's from_file or weightstore.sets.open_set)",
             path=path,
         )
         self.errno, self.strerror, self.filename = errno.EISDIR, self.detail, path

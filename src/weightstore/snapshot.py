@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from weightstore._format import TensorReader
-from weightstore._reader_base import ContainerReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import WeightstoreError
 
@@ -121,8 +120,10 @@ def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
     """Lazy snapshots of every tensor a container reader holds, in file order (reading them in
     this order streams the file). Nothing is read until a snapshot's data is asked for."""
     get = reader.get
-    if isinstance(reader, ContainerReader):  # from its spans: no descriptor object per tensor
-        infos = reader.tensor_infos()
+    # Container readers and sets list their tensors from spans: no descriptor object each.
+    tensor_infos = getattr(reader, "tensor_infos", None)
+    if tensor_infos is not None:
+        infos = tensor_infos()
     else:
         describe = reader.descriptor
         infos = [

@@ -28,7 +28,12 @@ from weightstore import (
 )
 from weightstore._bytesource import open_source
 from weightstore.burnpack import BurnpackReader
-from weightstore.errors import FileMissingError, PathIsDirectoryError
+from weightstore.errors import (
+    FileMissingError,
+    PathIsDirectoryError,
+    SetError,
+    UnsupportedFormatError,
+)
 from weightstore.safetensors import SafetensorsReader
 
 # store, the name given, the file a read opens (the extension rule applied)
@@ -85,27 +90,38 @@ def test_a_missing_path_is_still_a_save_target(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "open_store",
-    [BurnpackStore.from_file, SafetensorsStore.from_file, PytorchStore.from_file, Store.from_file],
-    ids=["burnpack", "safetensors", "pytorch", "store"],
+    [BurnpackStore.from_file, SafetensorsStore.from_file, PytorchStore.from_file],
+    ids=["burnpack", "safetensors", "pytorch"],
 )
 @pytest.mark.parametrize("name", ["shards", "model.safetensors", "model.bpk"])
-def test_a_directory_raises_at_from_file(open_store: Any, name: str, tmp_path: Path) -> None:
+def test_an_empty_directory_is_a_set_that_holds_nothing(
+    open_store: Any, name: str, tmp_path: Path
+) -> None:
+    # A directory is a sharded set's path: opening it is no error (a save may write the set
+    # there), reading it says what was looked for.
     directory = tmp_path / name
     directory.mkdir()
-    if open_store == BurnpackStore.from_file and name == "shards":
-        pytest.skip("a burnpack path without an extension saves to <path>.bpk; see below")
-    with pytest.raises(PathIsDirectoryError) as caught:
-        open_store(directory)
-    _assert_directory(caught.value, directory)
+    store = open_store(directory)
+    with pytest.raises(SetError) as caught:
+        store.keys()
+    assert caught.value.path == str(directory)
+    assert "holds no checkpoint set" in caught.value.detail
+    assert ".index.json" in caught.value.detail
 
 
-def test_an_extensionless_burnpack_directory_raises_at_the_first_read(tmp_path: Path) -> None:
+def test_store_from_file_cannot_tell_an_empty_directory_s_format(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedFormatError) as caught:
+        Store.from_file(tmp_path)
+    assert caught.value.path == str(tmp_path)
+    assert "declared store" in caught.value.detail
+
+
+def test_an_extensionless_burnpack_directory_is_read_as_a_set(tmp_path: Path) -> None:
     directory = tmp_path / "model"
     directory.mkdir()
     store = BurnpackStore.from_file(directory)
-    with pytest.raises(PathIsDirectoryError) as caught:
+    with pytest.raises(SetError):
         store.keys()
-    _assert_directory(caught.value, directory)
     # ... while a save goes beside it, as Burn's extension rule says
     assert save_into({"w": np.ones(2, np.float32)}, store) == str(tmp_path / "model.bpk")
 

@@ -20,7 +20,7 @@ from weightstore import (
     save_into,
 )
 from weightstore.entry import TensorEntry
-from weightstore.errors import InvalidOptionError, UnsupportedFormatError
+from weightstore.errors import InvalidOptionError, SetError, UnsupportedFormatError
 
 WEIGHT = np.arange(6, dtype=np.float32).reshape(2, 3)
 
@@ -104,13 +104,16 @@ def test_a_store_on_another_formats_file_names_the_real_format(
     assert "Store.from_file" in caught.value.detail
 
 
-def test_a_store_on_a_sharded_index_says_it_is_an_index(tmp_path: Path) -> None:
-    # Before: SafetensorsStore on model.safetensors.index.json reported an 8 EB header.
+def test_a_store_on_a_sharded_index_reads_the_set(tmp_path: Path) -> None:
+    # Before sets were read: SafetensorsStore on model.safetensors.index.json reported an 8 EB
+    # header. Now the index opens its set, and a shard it names but the directory lacks is
+    # the error, naming both.
     index = tmp_path / "model.safetensors.index.json"
     index.write_text(json.dumps({"metadata": {}, "weight_map": {"w": "model-1.safetensors"}}))
-    with pytest.raises(UnsupportedFormatError) as caught:
+    with pytest.raises(SetError) as caught:
         SafetensorsStore.from_file(index).keys()
-    assert caught.value.found == "json" and "index" in caught.value.detail
+    assert caught.value.path == str(index)
+    assert caught.value.shard == "model-1.safetensors"
 
 
 def test_in_memory_stores_diagnose_foreign_bytes_too() -> None:

@@ -189,7 +189,10 @@ def _local_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _copy_source(array: np.ndarray[Any, Any]) -> torch.Tensor:
-    """A CPU tensor viewing `array`, for torch's ``copy_`` (which only reads it)."""
+    """A CPU tensor viewing `array`, for torch's ``copy_`` (which only reads it); a tensor
+    as it is (a rank's DTensor shard, built by `_distributed.DTensorBridge`)."""
+    if isinstance(array, torch.Tensor):
+        return array
     return _tensor_of(array)
 
 
@@ -425,7 +428,10 @@ class TorchBridge:
         return prefix[:-1] if prefix else type(self._model).__name__
 
     def _assign_source(self, array: np.ndarray[Any, Any]) -> torch.Tensor:
-        """A tensor torch's ``assign`` makes the parameter: the array itself where possible."""
+        """A tensor torch's ``assign`` makes the parameter: the array itself where possible;
+        a tensor as it is (as in `_copy_source`)."""
+        if isinstance(array, torch.Tensor):
+            return array
         if not array.flags.writeable:
             array = array.copy()  # the parameter would otherwise write into immutable memory
         tensor = _tensor_of(array)

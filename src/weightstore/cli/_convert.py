@@ -44,6 +44,7 @@ from weightstore.adapters import (
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_OK, about
 from weightstore.cli._modules import Layout, TypeRule, assign_owners, infer_owners
+from weightstore.cli._open import is_set_path
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
@@ -90,7 +91,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "convert", parents=[common], help="convert a file to burnpack or SafeTensors"
     )
-    parser.add_argument("src", metavar="SRC", help="a burnpack, SafeTensors or PyTorch file")
+    parser.add_argument("src", metavar="SRC", help="a file, or a sharded set (directory or index)")
     parser.add_argument("dst", metavar="DST", help="the file to write (.bpk or .safetensors)")
     writable = [fmt.name for fmt in formats.FORMATS if fmt.writable]
     parser.add_argument("--format", choices=writable, help="DST's format (default: extension)")
@@ -107,6 +108,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         kind = _pair(metavar, split_last)
         parser.add_argument(flag, metavar=metavar, action="append", type=kind, help=text)
     parser.add_argument("--top-level-key", metavar="KEY", help="PyTorch: tensors under KEY")
+    parser.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="write DST as a sharded set (a directory) of shards up to SIZE (5GB = 5 x 10^9)",
+    )
+    parser.add_argument("--variant", metavar="NAME", help="a set's variant (model.NAME-0001...)")
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -114,7 +121,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst``; prints what was written."""
-    fmt = _destination_format(args.dst, args.format)
+    fmt = _destination_format(args.dst, args.format, _writes_set(args))
     adapter = _adapter(args)
     with about(args.src):
         source_store = Store.from_file(args.src).map_indices_contiguous(False)
@@ -140,6 +147,8 @@ def _streaming_reader(store: Store, args: argparse.Namespace) -> Any:
     per tensor: 2-4x the CPU time of the mapped read.)"""
     fmt = store.FORMAT
     assert fmt is not None and fmt.open_file is not None  # a store opened on SRC reads it
+    if is_set_path(args.src):  # no release through a set: its mapped pages stay resident
+        return None  # (clean file pages the kernel may drop) until the conversion ends
     options: dict[str, Any] = {}
     if args.top_level_key is not None:
         options["top_level_key"] = args.top_level_key
@@ -183,14 +192,35 @@ def _write(
         counted = tuple(_counted(s, progress) for s in snapshots)
         with about(args.dst):
             written = save_into(dataclasses.replace(source, items=counted), store)
-    size = os.path.getsize(written) if written else 0
+    size = _written_size(written) if written else 0
     print(f"wrote {printable(str(written))} ({fmt.name}): {plural(len(kept), 'tensor')}, "
           f"{size:,} bytes")  # fmt: skip
     return EXIT_OK
 
 
-def _destination_format(dst: str, name: str | None) -> ContainerFormat:
-    """The format DST is written in: ``--format``, else its extension's."""
+def _writes_set(args: argparse.Namespace) -> bool:
+    """Whether DST is a sharded set: ``--max-shard-size`` given, or DST a directory."""
+    return args.max_shard_size is not None or os.path.isdir(args.dst)
+
+
+def _written_size(written: str) -> int:
+    """Bytes a save wrote: the file's, or for a set's index every file the index names."""
+    if not written.endswith(".json"):
+        return os.path.getsize(written)
+    from weightstore.sets import read_index
+
+    directory = os.path.dirname(written)
+    shards = set(read_index(written).weight_map.values())
+    return os.path.getsize(written) + sum(
+        os.path.getsize(os.path.join(directory, shard)) for shard in shards
+    )
+
+
+def _destination_format(dst: str, name: str | None, writes_set: bool) -> ContainerFormat:
+    """The format DST is written in: ``--format``, else its extension's; a set (a directory)
+    without ``--format`` is SafeTensors, the layout people download."""
+    if writes_set and not name:
+        name = "safetensors"
     fmt = formats.format_named(name) if name else formats.format_for_name(dst)
     names = [f.name for f in formats.FORMATS if f.writable]
     if fmt is None:
@@ -267,6 +297,12 @@ def _destination(
     store_type = next(s for s in Store.__subclasses__() if s.FORMAT is fmt)
     with about(args.dst):
         store = store_type.from_file(args.dst).overwrite(args.overwrite)
+    if args.max_shard_size is not None:
+        with about("--max-shard-size"):
+            store = store.max_shard_size(args.max_shard_size)
+    if args.variant is not None:
+        with about("--variant"):
+            store = store.variant(args.variant)
     with about("--filter"):
         store = store.with_regexes(args.filter or ())
     with about("--remap"):

@@ -73,7 +73,7 @@ class DiffReport:
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``diff`` on the subcommand table `commands`."""
     parser = commands.add_parser("diff", parents=[common], help="compare two files' tensors")
-    parser.add_argument("a", metavar="A", help="a burnpack, SafeTensors or PyTorch file")
+    parser.add_argument("a", metavar="A", help="a file or a sharded set, of any format")
     parser.add_argument("b", metavar="B", help="another, of any format")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (0)")

@@ -33,7 +33,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "inspect", parents=[common], help="show files' format, metadata, objects and tensors"
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="a .bpk, .safetensors or .pt")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="a file, or a sharded set (directory or index)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (a list for several)")
     parser.add_argument("--filter", metavar="REGEX", help="list only tensors whose name matches")
     parser.add_argument(

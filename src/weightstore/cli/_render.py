@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
-from weightstore.cli._report import FileReport, TensorRow
+from weightstore.cli._report import FileReport, SetSummary, TensorRow
 from weightstore.cli._text import dump_json, plural, printable, shortened
 from weightstore.dtypes import DType
 
@@ -54,12 +54,27 @@ def json_document(report: FileReport) -> dict[str, Any]:
     }
     if report.listed_from is not None:
         document["tensors_before_filter"] = report.listed_from
+    if report.set is not None:
+        document["set"] = _json_set(report.set)
     if report.scan is not None:
         document["suspicious_globals"] = [
             {"module": g.module, "name": g.name, "where": g.where} for g in report.scan.suspicious
         ]
         document["scan_complete"] = report.scan.complete
     return document
+
+
+def _json_set(summary: SetSummary) -> dict[str, Any]:
+    return {
+        "index": summary.index,
+        "shards": [
+            {"file": name, "file_size": size, "tensors": count}
+            for name, size, count in summary.shards
+        ],
+        "ignored": [{"file": name, "why": why} for name, why in summary.ignored],
+        "missing": summary.missing,
+        "unlisted": summary.unlisted,
+    }
 
 
 def render_json(report: FileReport) -> str:
@@ -139,12 +154,35 @@ def _total(report: FileReport) -> str:
     return f"total: {count}, {report.total_numel:,} elements, {report.total_nbytes:,} bytes"
 
 
+def _set_lines(summary: SetSummary | None) -> list[str]:
+    if summary is None:
+        return []
+    total = sum(size for _, size, _ in summary.shards)
+    lines = [f"set:      {plural(len(summary.shards), 'shard')}, {total:,} bytes"]
+    lines += [
+        f"  {printable(name)}  {size:,} bytes, {plural(count, 'tensor')}"
+        for name, size, count in summary.shards
+    ]
+    lines += _pairs("ignored (not part of the set):", dict(summary.ignored), ": ")
+    for title, table in (
+        ("missing (listed by the index, not in their shard):", summary.missing),
+        ("unlisted (in a shard, not listed by the index; never loaded):", summary.unlisted),
+    ):
+        lines += _pairs(title, {shard: ", ".join(names) for shard, names in table.items()}, ": ")
+    return lines
+
+
 def render_text(report: FileReport) -> str:
     """The report as a person reads it: format, metadata, objects, a table of tensors, totals."""
     version = f" (version {printable(report.version)})" if report.version else ""
+    if report.set is None:
+        where = f"file:     {printable(report.path)} ({report.file_size:,} bytes)"
+    else:  # the sizes are the shards', listed below
+        where = f"{'index' if report.set.index else 'file'}:    {printable(report.path)}"
     lines = [
-        f"file:     {printable(report.path)} ({report.file_size:,} bytes)",
+        where,
         f"format:   {report.format}{version}",
+        *_set_lines(report.set),
         *_pairs("metadata:", report.metadata),
         *_pairs("scalars:", report.scalars),
         *_others(report),

@@ -7,12 +7,19 @@ detects the format through the registry and calls it. A new format is one functi
 A PyTorch checkpoint also holds objects: its non-tensor entries are listed apart (as short text
 and as JSON values), and the globals its pickle names that ``torch.load`` would import are
 scanned for (`weightstore.cli._objects`).
+
+A sharded set (a directory or an index file) is summarized shard by shard with the same
+summarizers and reported as one: the index's metadata, the tensors the index lists (each with
+its shard), and the set's own facts (`SetSummary`: its shards, the files its directory holds
+that are not part of it, tensors the index and the shards disagree on).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,8 +36,9 @@ from weightstore.formats import FORMATS, detect_format
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
+    from weightstore.sets import SetReader
 
-__all__ = ["SUMMARIZERS", "FileReport", "TensorRow", "summarize"]
+__all__ = ["SUMMARIZERS", "FileReport", "SetSummary", "TensorRow", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,25 @@ class TensorRow:
         return math.prod(self.shape)
 
 
+@dataclass(frozen=True, slots=True)
+class SetSummary:
+    """What `inspect` shows about a sharded set beyond its tensors.
+
+    Attributes:
+        index: the index file, or None for a set that is one file.
+        shards: (file name, size in bytes, tensors listed there) per shard, in shard order.
+        ignored: (file name, why) for each file of the directory left out of the set.
+        missing: tensors the index lists that their shard lacks, by shard file name.
+        unlisted: tensors a shard holds that the index does not list, by shard file name.
+    """
+
+    index: str | None
+    shards: list[tuple[str, int, int]]
+    ignored: list[tuple[str, str]]
+    missing: dict[str, list[str]]
+    unlisted: dict[str, list[str]]
+
+
 @dataclass(slots=True)
 class FileReport:
     """What `inspect` shows about one file, independent of how it is printed."""
@@ -69,6 +96,7 @@ class FileReport:
     other_values: dict[str, Any] = field(default_factory=dict)
     scan: Scan | None = None  # PyTorch: the suspicious globals its pickle names
     listed_from: int | None = None  # tensors before `--filter`, when one was applied
+    set: SetSummary | None = None  # a sharded set's own facts
 
     @property
     def total_nbytes(self) -> int:
@@ -187,6 +215,84 @@ assert set(SUMMARIZERS) == {fmt.name for fmt in FORMATS}, "one summarizer per fo
 
 
 def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
-    """Detect the format of `path` and describe its contents without reading tensor data."""
+    """Detect the format of `path` and describe its contents without reading tensor data; a
+    directory or an index file is described as a sharded set."""
     filename = os.fspath(path)
+    if os.path.isdir(filename) or _is_index_name(filename):
+        return _summarize_set(filename, options)
     return SUMMARIZERS[detect_format(filename).name](filename, options)
+
+
+def _is_index_name(filename: str) -> bool:
+    from weightstore.sets._discover import is_index_name
+
+    return is_index_name(filename)
+
+
+def _summarize_set(path: str, options: dict[str, Any]) -> FileReport:
+    """One report over a set: each shard summarized by its format's summarizer, the rows of
+    the tensors the index lists kept (with their shard as the row's storage)."""
+    from weightstore.sets import SetWarning, open_set
+
+    reader_options = {k: v for k, v in options.items() if v is not None}
+    with warnings.catch_warnings():  # the report lists the files left out
+        warnings.simplefilter("ignore", SetWarning)
+        return _summarize_open_set(open_set(path, **reader_options), options)
+
+
+def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileReport:
+    with reader:
+        report = reader.report()  # every shard's header, the set id and listings checked
+        assigned: dict[str, set[str]] = {shard: set() for shard in report.shards}
+        for name in reader.listed_names():
+            assigned[reader.shard_of(name)].add(name)
+        metadata: dict[str, Any] = reader.metadata()
+    summarize_shard = SUMMARIZERS[report.format_name]
+    rows: list[TensorRow] = []
+    shards: list[tuple[str, int, int]] = []
+    others: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    suspicious: dict[str, Any] = {}
+    complete = True
+    for shard in report.shards:
+        part = summarize_shard(shard, options)
+        name = _shard_name(shard, report.path)
+        kept = [row for row in part.tensors if row.name in assigned[shard]]
+        rows += [dataclasses.replace(row, storage=_storage(name, row.storage)) for row in kept]
+        shards.append((name, part.file_size, len(kept)))
+        others.update({f"{name}:{key}": text for key, text in part.others.items()})
+        values.update({f"{name}:{key}": value for key, value in part.other_values.items()})
+        if part.scan is not None:
+            complete = complete and part.scan.complete
+            for found in part.scan.suspicious:
+                suspicious.setdefault(found.qualname, found)
+    index = None if report.path in report.shards else report.path
+    summary = SetSummary(
+        index=index,
+        shards=shards,
+        ignored=[(os.path.basename(file), why) for file, why in report.ignored],
+        missing={_shard_name(k, report.path): v for k, v in report.missing.items()},
+        unlisted={_shard_name(k, report.path): v for k, v in report.unlisted.items()},
+    )
+    scan = Scan(tuple(suspicious.values()), complete) if report.format_name == "pytorch" else None
+    return FileReport(
+        path=report.path,
+        format=report.format_name,
+        file_size=sum(size for _, size, _ in shards),
+        metadata=metadata,
+        tensors=rows,
+        others=others,
+        other_values=values,
+        scan=scan,
+        set=summary,
+    )
+
+
+def _shard_name(shard: str, index: str) -> str:
+    """A shard as the index names it: its path relative to the index's directory."""
+    return os.path.relpath(shard, os.path.dirname(index) or ".")
+
+
+def _storage(shard: str, storage: str | None) -> str:
+    """A row's storage within a set: its shard, then (PyTorch) the archive entry inside it."""
+    return shard if storage is None else f"{shard}/{storage}"

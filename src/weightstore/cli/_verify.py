@@ -16,6 +16,8 @@ every file passes, else 2 (with a one-line error on stderr per failed file).
 from __future__ import annotations
 
 import argparse
+import os
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -35,6 +37,7 @@ from weightstore.cli._open import open_file
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import DTypeError, WeightstoreError
+from weightstore.sets import SetReader, SetWarning
 
 __all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
 
@@ -49,6 +52,7 @@ class Verdict:
         path: the file. format: its format's name, once known.
         tensors: tensors read in full. nbytes: bytes read.
         problems: one line per failure (``tensor 'x': what``, or the file's own failure).
+        notes: lines that are no failure (a set's files left out, and why).
         scan: PyTorch: the suspicious globals its pickle names.
         objects_allowed: ``--allow-objects`` was given, so the scan does not fail the file.
     """
@@ -60,6 +64,7 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     scan: Scan | None = None
     objects_allowed: bool = False
+    notes: list[str] = field(default_factory=list)  # a set: files its directory holds, left out
 
     @property
     def failed(self) -> bool:
@@ -73,7 +78,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "verify", parents=[common], help="validate files fully and read every tensor byte"
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="a .bpk, .safetensors or .pt")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="a file, or a sharded set (directory or index)"
+    )
     parser.add_argument("--top-level-key", metavar="KEY", help="PyTorch: verify KEY's tensors")
     parser.add_argument(
         "--allow-objects",
@@ -99,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
 
 def verify_file(path: str, args: argparse.Namespace) -> Verdict:
     """Open `path`, validating its structure, and read every tensor."""
+    with warnings.catch_warnings():  # a set's left-out files are notes of the verdict
+        warnings.simplefilter("ignore", SetWarning)
+        return _verify(path, args)
+
+
+def _verify(path: str, args: argparse.Namespace) -> Verdict:
     verdict = Verdict(path, objects_allowed=args.allow_objects)
     try:
         with about(path):
@@ -112,7 +125,46 @@ def verify_file(path: str, args: argparse.Namespace) -> Verdict:
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
             verdict.scan = scan_globals(_whole_file(reader, path, args.top_level_key))
+        if isinstance(reader, SetReader):
+            _check_set(reader, verdict)
     return verdict
+
+
+def _check_set(reader: SetReader, verdict: Verdict) -> None:
+    """A set's own problems (tensors its index and its shards disagree on), what it left out,
+    and for PyTorch shards the globals each pickle names."""
+    try:
+        report = reader.report()
+    except Exception as err:  # a shard that failed to open was reported with its tensors
+        verdict.problems.append(_problem(err, verdict.path))
+        return
+    verdict.notes += [f"ignored {os.path.basename(file)}: {why}" for file, why in report.ignored]
+    for shard, names in report.missing.items():
+        verdict.problems += [
+            f"tensor {name!r}: the index puts it in {os.path.basename(shard)}, which lacks it"
+            for name in names
+        ]
+    for shard, names in report.unlisted.items():
+        verdict.problems += [
+            f"tensor {name!r}: {os.path.basename(shard)} holds it, but the index does not list it"
+            for name in names
+        ]
+    if reader.format.name == "pytorch":
+        verdict.scan = _scan_shards(report.shards)
+
+
+def _scan_shards(shards: tuple[str, ...]) -> Scan:
+    """The suspicious globals of every shard's pickle, as one scan."""
+    found: dict[str, Any] = {}
+    complete = True
+    for shard in shards:
+        _, opened = open_file(shard)
+        with opened:
+            scan = scan_globals(opened.load_object())  # type: ignore[attr-defined]
+        complete = complete and scan.complete
+        for suspicious in scan.suspicious:
+            found.setdefault(suspicious.qualname, suspicious)
+    return Scan(tuple(found.values()), complete)
 
 
 def _whole_file(reader: Any, path: str, top_level_key: str | None) -> object:
@@ -198,6 +250,7 @@ def _text(verdict: Verdict) -> str:
         state += f" ({verdict.format}, {read})"
     lines = [f"{printable(verdict.path)}: {state}"]
     lines += [f"  {printable(problem)}" for problem in verdict.problems]
+    lines += [f"  note: {printable(note)}" for note in verdict.notes]
     lines += _scan_lines(verdict)
     return "\n".join(lines)
 

@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 INDEX_SUFFIX: Final = ".json"
+"""What every index name ends with, variant or not."""
 
 SHARD_NAME: Final = re.compile(
     r"(?P<stem>[^/\\]+?)(?:\.(?P<variant>[A-Za-z0-9_]+))?"

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from weightstore.adapters import Adapter
     from weightstore.apply_result import ApplyResult
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
+    from weightstore.sets._reader import SetReport
     from weightstore.snapshot import TensorSnapshot
     from weightstore.transfer import IndexMapper
 
@@ -74,6 +75,7 @@ _OPTION_FIELDS: Final = (
     "filter", "remapper", "from_adapter", "to_adapter", "allow_partial", "validate",
     "overwrite", "metadata", "skip_enum_variants", "map_indices_contiguous",
     "map_indices_except", "top_level_key", "auto_extension", "dedupe_tied", "durable",
+    "max_shard_size", "variant",
 )  # fmt: skip
 
 
@@ -105,6 +107,8 @@ class StoreOptions:
     auto_extension: bool
     dedupe_tied: bool
     durable: bool
+    max_shard_size: int | None  # bytes per shard; set: saves write a sharded set
+    variant: str | None  # a set's variant ("fp16"): model.fp16-00001-of-00002.safetensors
 
     def __init__(
         self,
@@ -123,11 +127,14 @@ class StoreOptions:
         auto_extension: bool = True,
         dedupe_tied: bool = False,
         durable: bool = True,
+        max_shard_size: int | None = None,
+        variant: str | None = None,
     ) -> None:
         values = (
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
             {} if metadata is None else metadata, skip_enum_variants, map_indices_contiguous,
             map_indices_except, top_level_key, auto_extension, dedupe_tied, durable,
+            max_shard_size, variant,
         )  # fmt: skip
         for name, value in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, name, value)
@@ -269,22 +276,21 @@ class Store:
         On a declared store the format is the store's. On `Store` itself it is picked from the
         file's first bytes when the file exists, else from its extension (a save target).
 
+        A directory, or an index file (``model.safetensors.index.json``), is a sharded set
+        (docs/sharded.md): loads read the set the directory holds, and `Store.from_file` picks
+        the format from it.
+
         A missing file is no error here, since the path may be a save target: reading it
         (`keys`, a load, `read_metadata`) raises `FileMissingError`.
 
         Raises:
-            PathIsDirectoryError: `path` is a directory a save would write onto (a burnpack
-                path without an extension is exempt: saves write ``<path>.bpk``).
-            UnsupportedFormatError: `Store.from_file` on a file no format recognises, or on a
-                new path whose extension names no format.
+            UnsupportedFormatError: `Store.from_file` on a file no format recognises, on a
+                new path whose extension names no format, or on a directory holding no set.
+            SetError: `Store.from_file` on a set whose index or shards break the set's rules.
         """
         filename = os.fspath(path)
         if cls.FORMAT is not None:
-            if os.path.isdir(filename) and cls.FORMAT.path_for_write(filename) == filename:
-                raise PathIsDirectoryError(filename)
             return _new_store(cls, path=filename)
-        if os.path.isdir(filename):  # no format's save goes beside a directory named so
-            raise PathIsDirectoryError(filename)
         fmt = _format_of_path(filename)
         return _new_store(cast(type[StoreT], _STORE_FOR_FORMAT[fmt.name]), path=filename)
 
@@ -468,6 +474,50 @@ class Store:
         """Save a tensor tied under several names once, under its first name."""
         return self._with(dedupe_tied=enabled)
 
+    def max_shard_size(self: StoreT, size: int | str) -> StoreT:
+        """Save a sharded set into the store's path, a directory (created if missing), with at
+        most `size` bytes of tensor data per shard: an int, or decimal text as the Hugging Face
+        tools write it (``"5GB"`` = 5 * 10**9 bytes; ``"5GiB"`` = 5 * 2**30). A tensor larger
+        than `size` gets a shard of its own; a model that fits in one shard is saved as the
+        single file (``model.safetensors``), as huggingface_hub does.
+
+        A save to a path that is an existing directory writes a set without this option, in
+        shards of at most "5GB".
+
+        Raises:
+            InvalidOptionError: `size` is no size (``"5Gb"``, 0, ...), or the store is in memory.
+        """
+        from weightstore.sets._size import parse_size
+
+        nbytes = parse_size(size)
+        if self._path is None:
+            raise InvalidOptionError(
+                "a sharded set is a directory of files; open the store with from_file",
+                option="max_shard_size",
+            )
+        return self._with(max_shard_size=nbytes)
+
+    def variant(self: StoreT, name: str | None) -> StoreT:
+        """Read and write a sharded set's variant, as transformers' ``variant=`` names it:
+        ``model.fp16-00001-of-00002.safetensors`` and ``model.safetensors.index.fp16.json``
+        (``model.fp16.safetensors`` when unsharded); None for the plain names. A directory
+        holding several variants is read as the one named here.
+
+        Raises:
+            InvalidOptionError: `name` is not letters, digits and underscores.
+        """
+        from weightstore.sets._layout import layout_for
+
+        if name is not None:
+            try:  # the layout owns the naming rule
+                layout_for(self._format().name).single_name(name)
+            except (ValueError, TypeError):
+                raise InvalidOptionError(
+                    f"a variant is letters, digits and underscores, not {name!r}",
+                    option="variant",
+                ) from None
+        return self._with(variant=name)
+
     # -- reading --------------------------------------------------------------------------------
 
     def _file_path(self, for_write: bool) -> str:
@@ -502,6 +552,12 @@ class Store:
         options = {}
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
+        if filename.endswith(".json") or os.path.isdir(filename):  # a set's index or directory
+            from weightstore.stores._sets import open_store_set  # sets load with the first set
+
+            set_reader = open_store_set(fmt, filename, self._options, options)
+            if set_reader is not None:
+                return set_reader
         try:
             reader = fmt.open_file(filename, **options)
         except Exception:
@@ -543,8 +599,25 @@ class Store:
         return reader_snapshots(self._open())
 
     def read_metadata(self) -> dict[str, str]:
-        """The source's metadata as strings (PyTorch: the layout's facts)."""
+        """The source's metadata as strings (PyTorch: the layout's facts; a sharded set: its
+        index's, ``total_size`` included)."""
         return {key: str(value) for key, value in self._open().metadata().items()}
+
+    def set_report(self) -> SetReport | None:
+        """What a store over a sharded set leaves out: files in the directory that are not the
+        set's (a stale single file, stray shards, other variants or formats) and tensors the
+        index and the shards disagree on. Reads every shard's header. None when the store is
+        one file or in memory. Loads also warn (`SetWarning`) about a stale single file,
+        stray shards and shards that disagree with the index."""
+        if self._path is None:
+            return None
+        from weightstore.stores._sets import read_set_report
+
+        options = {}
+        if self._options.top_level_key is not None:
+            options["top_level_key"] = self._options.top_level_key
+        path = self._file_path(for_write=False)
+        return read_set_report(self._format(), path, self._options, options)
 
     def _index_mapper(self) -> IndexMapper | None:
         if not self._options.map_indices_contiguous:
@@ -574,16 +647,18 @@ class Store:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
         renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
-            with (
-                collector_paused()
-            ):  # a snapshot per tensor: no garbage, but collections to trigger
-                renamed = self._remapped_by_name(self._read_snapshots())
-                mapper = self._index_mapper()
-                if mapper is not None:  # as in Burn: remap first, then renumber lists
-                    numbering = mapper(renamed)
-                    renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
-                self._cache = dict(sorted(renamed.items()))
+            self._cache = self._snapshots_by_name(self._read_snapshots())
         return self._cache
+
+    def _snapshots_by_name(self, snapshots: list[TensorSnapshot]) -> dict[str, TensorSnapshot]:
+        """`get_all_snapshots` from the container's own snapshots."""
+        with collector_paused():  # a snapshot per tensor: no garbage, but collections to trigger
+            renamed = self._remapped_by_name(snapshots)
+            mapper = self._index_mapper()
+            if mapper is not None:  # as in Burn: remap first, then renumber lists
+                numbering = mapper(renamed)
+                renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
+            return dict(sorted(renamed.items()))
 
     def keys(self) -> list[str]:
         """The source's tensor names as a load sees them (remapped, renumbered), sorted."""
@@ -647,7 +722,17 @@ class Store:
         entries = [
             TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
         ]
-        writer = fmt.writer(entries, _save_metadata(self._options.metadata, fmt, framework))
+        metadata = _save_metadata(self._options.metadata, fmt, framework)
+        directory = self._set_directory()
+        if directory is not None:
+            return self._write_set(directory, entries, metadata)
+        if self._options.variant is not None:
+            raise InvalidOptionError(
+                "a variant names the files of a sharded set; save into a directory or set "
+                "max_shard_size",
+                option="variant",
+            )
+        writer = fmt.writer(entries, metadata)
         if self._path is not None:
             # The store has already applied the extension rule (or auto_extension(False)).
             target = self._file_path(for_write=True)
@@ -660,6 +745,37 @@ class Store:
             self._output.data = writer.to_bytes()
             return None
         raise InvalidOptionError("a static buffer store is read-only")
+
+    def _set_directory(self) -> str | None:
+        """The directory a save writes a sharded set into: the path as given when
+        `max_shard_size` is set, else the path (after the extension rule) when it is an
+        existing directory; None for a single-file or memory save."""
+        if self._path is None:
+            return None
+        if self._options.max_shard_size is not None:
+            return self._path
+        target = self._file_path(for_write=True)
+        return target if os.path.isdir(target) else None
+
+    def _write_set(self, directory: str, entries: Sequence[Any], metadata: dict[str, str]) -> str:
+        """Save `entries` as a sharded set (`weightstore.sets.write_set`); the index path, or
+        the single file's when everything fits in one shard."""
+        from weightstore.sets._layout import layout_for
+        from weightstore.sets._writer import DEFAULT_MAX_SHARD_SIZE, write_set
+
+        fmt, options = self._format(), self._options
+        size = options.max_shard_size
+        return write_set(
+            directory,
+            layout_for(fmt.name),
+            fmt,
+            entries,
+            max_shard_size=DEFAULT_MAX_SHARD_SIZE if size is None else size,
+            metadata=metadata,
+            overwrite=options.overwrite,
+            durable=options.durable,
+            variant=options.variant,
+        )
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
         """Load this store into `model`, raising `LoadFailedError` as the options say.
@@ -675,6 +791,44 @@ class Store:
                 the options, a load that writes nothing into a model that has tensors. Its
                 message names the fix (a key remapping when the names differ by a prefix).
         """
+        restricted = self._restricted_set_snapshots()
+        if restricted is None:
+            return self._apply_snapshots(model, list(self.get_all_snapshots().values()), device)
+        snapshots, dropped = restricted
+        return self._apply_snapshots(model, snapshots, device, unused=dropped)
+
+    def _restricted_set_snapshots(self) -> tuple[list[TensorSnapshot], list[str]] | None:
+        """For a load from a sharded set whose filter decides by name alone: the snapshots of
+        the tensors the filter keeps, read through a reader that never opens the shards
+        holding none of them, and the names left out; else None (the whole store loads)."""
+        if self._path is None or self._cache is not None:
+            return None
+        filename = self._file_path(for_write=False)
+        if not (filename.endswith(".json") or os.path.isdir(filename)):
+            return None
+        from weightstore.snapshot import reader_snapshots
+        from weightstore.stores._sets import restricted_for_load
+
+        whole = self._open()
+        restriction = restricted_for_load(whole, self._options, filename)
+        if restriction is None:
+            self._cache = self._snapshots_by_name(reader_snapshots(whole))
+            return None
+        reader, dropped = restriction
+        with collector_paused():
+            snapshots = list(self._remapped_by_name(reader_snapshots(reader)).values())
+        return snapshots, dropped
+
+    def _apply_snapshots(
+        self,
+        model: object,
+        snapshots: Sequence[TensorSnapshot],
+        device: Any,
+        unused: Sequence[str] = (),
+    ) -> ApplyResult:
+        """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
+        passes a rank's slices of them); the store's options, report and failures as there.
+        `unused` names source tensors left out before the load, reported as unused."""
         from weightstore.apply_result import LoadRules
         from weightstore.transfer import apply
 
@@ -684,7 +838,7 @@ class Store:
         with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
             result = apply(
                 model,
-                list(self.get_all_snapshots().values()),
+                snapshots,
                 options.active_filter(),
                 options.from_adapter,
                 device=device,
@@ -693,6 +847,8 @@ class Store:
                 source_path=path,
                 rules=rules,
             )
+            if unused:
+                result.unused = sorted([*result.unused, *unused])
             result.top_level_key = _checked_top_level_key(self, result)
         failure = result.refused or rules.failure(result)
         if failure is None:
@@ -726,7 +882,20 @@ def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
 
 def _format_of_path(path: str) -> ContainerFormat:
     """The format of an existing file (from its bytes; Burn's extension rule included), or the
-    one its extension names when it does not exist yet."""
+    one its extension names when it does not exist yet; for a directory or an index, its set's
+    format."""
+    if path.endswith(".json") or os.path.isdir(path):
+        from weightstore.stores._sets import set_format  # sets load with the first set
+
+        found = set_format(path)
+        if found is not None:
+            return found
+        if os.path.isdir(path):
+            raise UnsupportedFormatError(
+                "is a directory holding no checkpoint set, so its format is unknown; to save a "
+                "set into it, use a declared store (SafetensorsStore, BurnpackStore)",
+                path=path,
+            )
     candidates = [path] + [
         fmt.path_for_read(path) for fmt in FORMATS if fmt.default_extension is not None
     ]

@@ -1,0 +1,367 @@
+"""Finding the set at a path: which index or single file is the set, in which format and
+variant, and which other files in the directory are ignored and why.
+
+A path is a set when it is a directory, or a file named as an index (``*.index.json``,
+``*.index.<variant>.json``). In a directory the formats are searched in `LAYOUTS` order
+(SafeTensors first), or only the one asked for; within a format:
+
+- the variant asked for (``variant="fp16"``), else the plain set, else the one variant there
+  is (several and no plain one: an error that lists them);
+- within that variant the index wins over a single file beside it: the index is the commit
+  point of a save, and a ``model.safetensors`` left from an older unsharded save is stale
+  (one peer's loader prefers it; we report it and never read it);
+- every other file named as part of some set is reported as ignored: other variants, other
+  formats' sets, and (once the index is read, `stray_shards`) shards the index does not name,
+  left by an interrupted save or by another tool (a peer's reader merges every ``*.safetensors``
+  in the directory; we never do).
+
+Both index spellings of a variant are found: transformers' ``model.safetensors.index.fp16.json``
+(`SetLayout.index_name`) and huggingface_hub's ``model.fp16.safetensors.index.json`` (what
+``save_torch_state_dict(filename_pattern="model.fp16{suffix}.safetensors")`` writes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Final
+
+from weightstore._record import Record
+from weightstore.errors import SetError, UnsupportedFormatError
+from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
+
+__all__ = [
+    "INDEX_NAME",
+    "WHY_OTHER_FORMAT",
+    "WHY_OTHER_VARIANT",
+    "WHY_STALE_SINGLE",
+    "WHY_STRAY_SHARD",
+    "SetLocation",
+    "SetWarning",
+    "find_set",
+    "formats_in",
+    "is_index_name",
+    "needs_warning",
+    "stray_shards",
+]
+
+INDEX_NAME: Final = re.compile(
+    r"(?P<stem>[^/\\]+?)\.(?P<ext>[A-Za-z0-9]+)\.index(?:\.(?P<variant>[A-Za-z0-9_]+))?\.json"
+)
+"""An index file name: ``<stem>.<ext>.index[.<variant>].json`` (the stem may hold the variant,
+as huggingface_hub spells it: ``model.fp16.safetensors.index.json``)."""
+
+# Why a file is ignored: `SetReader.ignored` pairs a file with one of these.
+WHY_STALE_SINGLE: Final = "stale single file beside the index (the index is the set)"
+"""An unsharded file (or a second index) beside the chosen index: left by an older save."""
+WHY_STRAY_SHARD: Final = "stray shard: named like the set's shards but not named by its index"
+"""A shard-named file the index does not name: an interrupted save's, or another tool's."""
+WHY_OTHER_VARIANT: Final = "another variant of the set, not chosen (pass variant= to read it)"
+"""A file of another variant of the same format's set (``model.fp16-00001-of-00002...``)."""
+WHY_OTHER_FORMAT: Final = "another format's set, not chosen (open it with that format's store)"
+"""A file of another format's set in the same directory (``pytorch_model.bin`` beside
+SafeTensors shards, as many Hugging Face repositories hold both)."""
+
+_VARIANT: Final = re.compile(r"[A-Za-z0-9_]+")
+_WARNED: Final = frozenset({WHY_STALE_SINGLE, WHY_STRAY_SHARD})  # a damaged directory, not a choice
+
+
+class SetWarning(UserWarning):
+    """A set's directory holds files a load ignores that look like part of it (a stale single
+    file, stray shards), or a shard disagrees with the index about what it holds. The load
+    reads the set the index names; the warning says what was left out."""
+
+
+class SetLocation(Record):
+    """Where a set is: what `find_set` found, before its index is read.
+
+    Attributes:
+        directory: the set's directory.
+        layout: its format's naming (a custom stem for an index opened by its path).
+        variant: the variant chosen, or None for the plain set.
+        index_path: the index, or None when the set is one file.
+        single_path: the single file when there is no index, else None.
+        ignored: (file path, why) for each file left out so far; `stray_shards` adds more.
+        shard_files: file names in the directory named as this layout's shards of this
+            variant: those the index does not name are strays.
+    """
+
+    __slots__ = _FIELDS = (
+        "directory", "layout", "variant", "index_path", "single_path", "ignored", "shard_files",
+    )  # fmt: skip
+
+    directory: str
+    layout: SetLayout | None
+    variant: str | None
+    index_path: str | None
+    single_path: str | None
+    ignored: tuple[tuple[str, str], ...]
+    shard_files: tuple[str, ...]
+
+    def __init__(
+        self,
+        directory: str,
+        layout: SetLayout | None,
+        variant: str | None,
+        index_path: str | None,
+        single_path: str | None,
+        ignored: tuple[tuple[str, str], ...],
+        shard_files: tuple[str, ...],
+    ) -> None:
+        super().__init__(directory, layout, variant, index_path, single_path, ignored, shard_files)
+
+
+def is_index_name(path: str | os.PathLike[str]) -> bool:
+    """Whether `path`'s file name is an index's (`INDEX_NAME`)."""
+    return INDEX_NAME.fullmatch(os.path.basename(os.fspath(path))) is not None
+
+
+def find_set(
+    path: str | os.PathLike[str], format_name: str | None = None, *, variant: str | None = None
+) -> SetLocation:
+    """The set at `path`, a directory or an index file.
+
+    Args:
+        path: the directory, or the index itself.
+        format_name: only this format's set (``"safetensors"``); None: the first format in
+            `LAYOUTS` order that has one.
+        variant: the variant to read (``"fp16"``); None: the plain set, or the only variant.
+
+    Raises:
+        SetError: the directory holds no set (the message lists what was looked for), or
+            several variants and none was asked for, or not the one asked for.
+        UnsupportedFormatError: `format_name` is given and the directory holds only another
+            format's set; `found` names that format.
+    """
+    filename = os.fspath(path)
+    if os.path.isdir(filename):
+        return _find_in_directory(filename, format_name, variant)
+    match = INDEX_NAME.fullmatch(os.path.basename(filename))
+    if match is None:
+        raise SetError("is neither a directory nor an index (*.index.json)", path=filename)
+    return _index_location(filename, match)
+
+
+def formats_in(directory: str) -> list[str]:
+    """The formats whose sets (an index or a single file, of any variant) `directory` holds,
+    in `LAYOUTS` order; reads names only."""
+    files = _files_in(directory)
+    return [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
+
+
+def stray_shards(location: SetLocation, named: set[str]) -> list[tuple[str, str]]:
+    """(path, why) for each of the location's shard files that `named` (the shard names of
+    the set's index; empty for a single-file set) does not hold."""
+    return [
+        (os.path.join(location.directory, name), WHY_STRAY_SHARD)
+        for name in location.shard_files
+        if name not in named
+    ]
+
+
+def needs_warning(why: str) -> bool:
+    """Whether an ignored file's reason points at a damaged directory (warned about) rather
+    than a choice among sets (only reported)."""
+    return why in _WARNED
+
+
+def _index_location(filename: str, match: re.Match[str]) -> SetLocation:
+    """An index opened by its path: its layout from its own name, its format from its shards
+    once read (`layout` is None when the name's extension names no set layout)."""
+    directory = os.path.dirname(filename) or "."
+    stem, extension, variant = match["stem"], match["ext"], match["variant"]
+    layout = next((lay for lay in LAYOUTS if lay.extension == extension), None)
+    if layout is None:
+        return SetLocation(directory, None, variant, filename, None, (), ())
+    layout = SetLayout(layout.format_name, stem, extension)
+    files = _files_in(directory)
+    shards = tuple(name for name in files if _is_shard(name, layout, variant))
+    return SetLocation(directory, layout, variant, filename, None, (), shards)
+
+
+def _find_in_directory(directory: str, format_name: str | None, variant: str | None) -> SetLocation:
+    files = _files_in(directory)
+    layouts = LAYOUTS if format_name is None else (_layout_named(format_name, directory),)
+    for layout in layouts:
+        location = _find_in(directory, files, layout, variant)
+        if location is not None:
+            others = _other_layouts_files(directory, files, layout)
+            return location.replace(ignored=(*location.ignored, *others))
+    if format_name is not None:
+        _refuse_other_format(directory, files, format_name)
+    looked_for = ", ".join(
+        name
+        for layout in layouts
+        for name in (layout.index_name(variant), layout.single_name(variant))
+    )
+    raise SetError(f"holds no checkpoint set: looked for {looked_for}", path=directory)
+
+
+def _layout_named(format_name: str, directory: str) -> SetLayout:
+    try:
+        return layout_for(format_name)
+    except KeyError:
+        raise UnsupportedFormatError(
+            f"is a directory, and {format_name} checkpoints have no sharded sets", path=directory
+        ) from None
+
+
+def _refuse_other_format(directory: str, files: list[str], format_name: str) -> None:
+    """Name the format whose set the directory holds, when not the one asked for."""
+    from weightstore.formats import format_named  # the registry's titles, for the message
+
+    for layout in LAYOUTS:
+        if layout.format_name == format_name:
+            continue
+        location = _find_in(directory, files, layout, None, strict=False)
+        if location is not None:
+            other, asked = format_named(layout.format_name), format_named(format_name)
+            shown = os.path.basename(location.index_path or location.single_path or "")
+            raise UnsupportedFormatError(
+                f"holds a {other.title} set ({shown}), not a {asked.title} one; open it with "
+                "that format's store, or Store.from_file, which picks the format",
+                path=directory,
+                found=layout.format_name,
+            )
+
+
+def _find_in(
+    directory: str,
+    files: list[str],
+    layout: SetLayout,
+    variant: str | None,
+    *,
+    strict: bool = True,
+) -> SetLocation | None:
+    """`layout`'s set in `directory`, or None when it has none (of `variant`, if asked).
+
+    With `strict`, several variants and none asked for is an error; without, the first."""
+    found = _variants(files, layout)  # variant -> (index names, single name or None)
+    if not found:
+        return None
+    if variant is not None:
+        if variant not in found:
+            return None
+        chosen: str | None = variant
+    elif None in found:
+        chosen = None
+    elif len(found) == 1 or not strict:
+        chosen = sorted(found, key=str)[0]
+    else:
+        listing = ", ".join(sorted(str(v) for v in found))
+        raise SetError(
+            f"holds {layout.format_name} sets in several variants ({listing}) and no plain "
+            "one; choose one with variant=",
+            path=directory,
+        )
+    return _location(directory, files, layout, chosen, found)
+
+
+def _location(
+    directory: str,
+    files: list[str],
+    layout: SetLayout,
+    chosen: str | None,
+    found: dict[str | None, tuple[list[str], str | None]],
+) -> SetLocation:
+    """The location of variant `chosen`, with everything else of `layout` reported."""
+    indexes, single = found[chosen]
+    ignored: list[tuple[str, str]] = []
+    index_path = os.path.join(directory, indexes[0]) if indexes else None
+    single_path = os.path.join(directory, single) if single and not indexes else None
+    if indexes and single:
+        ignored.append((os.path.join(directory, single), WHY_STALE_SINGLE))
+    ignored.extend((os.path.join(directory, name), WHY_STALE_SINGLE) for name in indexes[1:])
+    for other, (other_indexes, other_single) in found.items():
+        if other != chosen:
+            names = [*other_indexes, *([other_single] if other_single else [])]
+            ignored.extend((os.path.join(directory, n), WHY_OTHER_VARIANT) for n in names)
+    shard_files: list[str] = []
+    for name in files:
+        shard = parse_shard_name(name)
+        if shard is None or (shard.stem, shard.extension) != (layout.stem, layout.extension):
+            continue
+        if shard.variant == chosen:
+            shard_files.append(name)
+        else:
+            ignored.append((os.path.join(directory, name), WHY_OTHER_VARIANT))
+    return SetLocation(
+        directory, layout, chosen, index_path, single_path, tuple(ignored), tuple(shard_files)
+    )
+
+
+def _variants(
+    files: list[str], layout: SetLayout
+) -> dict[str | None, tuple[list[str], str | None]]:
+    """Each variant of `layout`'s set present: its index file names (transformers' spelling
+    first) and its single file name."""
+    found: dict[str | None, tuple[list[str], str | None]] = {}
+    single_name = re.compile(
+        rf"{re.escape(layout.stem)}(?:\.(?P<variant>[A-Za-z0-9_]+))?\.{re.escape(layout.extension)}"
+    )
+    for name in files:
+        is_index, index_variant = _index_variant(name, layout)
+        if is_index:
+            found.setdefault(index_variant, ([], None))[0].append(name)
+            continue
+        match = single_name.fullmatch(name)
+        if match is not None:
+            indexes, _ = found.get(match["variant"], ([], None))
+            found[match["variant"]] = (indexes, name)
+    for indexes, _ in found.values():  # transformers' spelling, then huggingface_hub's
+        indexes.sort(key=lambda n: (not n.startswith(f"{layout.stem}.{layout.extension}."), n))
+    return found
+
+
+def _index_variant(name: str, layout: SetLayout) -> tuple[bool, str | None]:
+    """Whether `name` is an index of `layout`'s sets, and of which variant (None: plain)."""
+    match = INDEX_NAME.fullmatch(name)
+    if match is None or match["ext"] != layout.extension:
+        return False, None
+    stem, variant = match["stem"], match["variant"]
+    if stem == layout.stem:
+        return True, variant
+    head, dot, tail = stem.rpartition(".")  # huggingface_hub: model.fp16.safetensors.index.json
+    if dot and head == layout.stem and variant is None and _VARIANT.fullmatch(tail):
+        return True, tail
+    return False, None
+
+
+def _is_shard(name: str, layout: SetLayout, variant: str | None) -> bool:
+    """Whether `name` is a shard of `layout` (of `variant`), the variant written into the
+    stem or parsed from it alike."""
+    shard = parse_shard_name(name)
+    if shard is None or shard.extension != layout.extension:
+        return False
+    full = shard.stem if shard.variant is None else f"{shard.stem}.{shard.variant}"
+    return full == (layout.stem if variant is None else f"{layout.stem}.{variant}")
+
+
+def _other_layouts_files(
+    directory: str, files: list[str], chosen: SetLayout
+) -> list[tuple[str, str]]:
+    """(path, why) for the files of every other format's set in the directory."""
+    ignored: list[tuple[str, str]] = []
+    for layout in LAYOUTS:
+        if layout == chosen:
+            continue
+        found = _variants(files, layout)
+        names = [n for indexes, single in found.values() for n in (*indexes, single) if n]
+        for name in files:
+            shard = parse_shard_name(name)
+            if shard is not None and (shard.stem, shard.extension) == (
+                layout.stem,
+                layout.extension,
+            ):
+                names.append(name)
+        ignored.extend((os.path.join(directory, n), WHY_OTHER_FORMAT) for n in sorted(names))
+    return ignored
+
+
+def _files_in(directory: str) -> list[str]:
+    """The names of the files (or symlinks to files) in `directory`, sorted."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(entry.name for entry in entries if entry.is_file())
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,562 @@
+"""Writing sharded checkpoint sets, and the commit protocol that makes a re-save old or new.
+
+A set is a directory of single-file containers (shards) and an index naming which shard holds
+each tensor (`_layout` says how they are named). The index is the set's only commit point: a
+reader loads what the index names, so a save over an existing set can be killed at any instant
+and the directory still loads as the complete old set or the complete new one, never a mix.
+A save goes:
+
+1. **Plan** (`plan_set`). Remove leftovers of killed saves: scratch files and shards of this
+   layout and variant that the committed index does not name (never any other file). Pick a
+   fresh set id and shard names that no file in the directory has: the plain Hugging Face
+   names where they are free, else names tagged with the set id, so no new shard ever
+   overwrites a file the committed index names.
+2. **Write the shards** (`write_shard`), each atomically (`weightstore._atomic.write_atomic`:
+   scratch file, fsync, link), pulling one tensor at a time; each carries the set id in its
+   metadata so a reader can tell a shard of another save from one of this.
+3. **Commit** (`commit_set`): replace the index by an atomic rename (fsynced with its
+   directory when durable). From this instant readers see the new set.
+4. **Clean up**: remove what the new index superseded: shards of this layout and variant it
+   does not name, the old single file, scratch files of killed saves.
+
+When everything fits in one shard the set is the single file (``model.safetensors``) and has no
+index, as huggingface_hub saves it. Its atomic rename is then the commit; the old index, which
+readers prefer while it exists, is removed after it (and fsynced away), and old shards last.
+
+Shard planning follows huggingface_hub's `split_state_dict_into_shards_factory` exactly, so
+the same tensors and `max_shard_size` give the same weight map: tensors in the order given, a
+new shard when the next tensor would take the current one past the limit, and a tensor over the
+limit alone in a shard of its own (placed, as there, before the shard being filled). Sizes come
+from dtype and shape: planning reads no data.
+
+One writer per set at a time: two saves racing into one directory can remove each other's
+uncommitted shards. A reader holding the old index open while a save cleans up may find its
+shards gone; it then fails loudly (missing file), never with a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
+
+# `_remove_stale_scratch`: the liveness test (dead pid, no lock) `write_atomic` itself uses on
+# its destination's scratch files, applied here to every file of the set.
+from weightstore._atomic import _remove_stale_scratch, write_all, write_atomic
+from weightstore._record import ValueRecord
+from weightstore.errors import (
+    DestinationExistsError,
+    EntryError,
+    InvalidOptionError,
+    SaveFailedError,
+)
+from weightstore.sets._index import SET_ID_KEY  # in the index's "metadata" and every shard's
+from weightstore.sets._layout import SetLayout, parse_shard_name
+
+if TYPE_CHECKING:
+    from weightstore._format import ContainerFormat
+    from weightstore._writer_base import ContainerWriter
+    from weightstore.entry import TensorEntry
+
+__all__ = [
+    "DEFAULT_MAX_SHARD_SIZE",
+    "TOTAL_SIZE_KEY",
+    "SetPlan",
+    "commit_set",
+    "plan_set",
+    "plan_shards",
+    "write_set",
+    "write_shard",
+]
+
+TOTAL_SIZE_KEY: Final = "total_size"  # bytes of tensor data; HF's key, read by its tools
+DEFAULT_MAX_SHARD_SIZE: Final = 5 * 10**9  # bytes: huggingface_hub's "5GB"
+SET_ID_HEX_LEN: Final = 32  # 128 random bits: two saves never share an id
+TAG_HEX_LEN: Final = 8  # the set id's first hex digits, in tagged shard names
+# The committed index is read only to learn which names it holds; an index past this is not
+# one we or HF tools wrote (huggingface_hub refuses indexes over 10 MB), so its names are
+# treated as unknown and nothing it might name is removed.
+MAX_COMMITTED_INDEX_SIZE: Final = 64 * 2**20  # bytes
+_RESERVED_KEYS: Final = frozenset({SET_ID_KEY, TOTAL_SIZE_KEY})  # describe the set being written
+_SCRATCH_NAME: Final = re.compile(r"(?P<base>.+)\.\d+-\d+\.tmp")  # `_atomic`'s scratch names
+
+
+class SetPlan(ValueRecord):
+    """Where one save's files go: decided before a byte is written, so every process of a
+    distributed save can write its shards under the same names and set id.
+
+    Attributes:
+        directory: the set's directory.
+        layout: how the format's sets are named.
+        variant: the variant (``"fp16"``) or None.
+        set_id: 32 lowercase hex digits, written into the index and every shard.
+        shard_names: file names in the directory, shard 1 first; the single file's name alone
+            when the set is unsharded (`single`).
+
+    Records refuse attribute assignment, so they do not unpickle by default; `__reduce__`
+    rebuilds a plan (and its layout) from their fields, so a plan pickles to other processes
+    (``torch.distributed.broadcast_object_list``) as is.
+    """
+
+    __slots__ = _FIELDS = ("directory", "layout", "variant", "set_id", "shard_names")
+
+    directory: str
+    layout: SetLayout
+    variant: str | None
+    set_id: str
+    shard_names: tuple[str, ...]
+
+    def __init__(
+        self,
+        directory: str,
+        layout: SetLayout,
+        variant: str | None,
+        set_id: str,
+        shard_names: tuple[str, ...],
+    ) -> None:
+        super().__init__(directory, layout, variant, set_id, tuple(shard_names))
+
+    def __reduce__(self) -> tuple[Callable[..., SetPlan], tuple[object, ...]]:
+        layout = self.layout  # a record too, so it travels as its fields
+        fields = (layout.format_name, layout.stem, layout.extension)
+        return (
+            _rebuilt_plan,
+            (self.directory, fields, self.variant, self.set_id, self.shard_names),
+        )
+
+    @property
+    def single(self) -> bool:
+        """Whether the set is one unsharded file with no index."""
+        return self.shard_names == (self.layout.single_name(self.variant),)
+
+    @property
+    def index_path(self) -> str:
+        """Where the index goes (and, for an unsharded set, the old index that is removed)."""
+        return os.path.join(self.directory, self.layout.index_name(self.variant))
+
+    def shard_path(self, number: int) -> str:
+        """The path of shard `number` (1-based)."""
+        return os.path.join(self.directory, self.shard_names[number - 1])
+
+
+def _rebuilt_plan(
+    directory: str,
+    layout: tuple[str, str, str],
+    variant: str | None,
+    set_id: str,
+    shard_names: tuple[str, ...],
+) -> SetPlan:
+    """A `SetPlan` from what its `__reduce__` sent."""
+    return SetPlan(directory, SetLayout(*layout), variant, set_id, shard_names)
+
+
+def plan_shards(entries: Sequence[TensorEntry], max_shard_size: int) -> list[list[TensorEntry]]:
+    """Entries grouped into shards as huggingface_hub groups a state dict; at least one group
+    (empty for no entries), sizes from each entry's declared `nbytes`.
+
+    Raises:
+        InvalidOptionError: `max_shard_size` is not a positive number of bytes.
+    """
+    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, int):
+        raise InvalidOptionError("max_shard_size must be an int of bytes", option="max_shard_size")
+    if max_shard_size <= 0:
+        raise InvalidOptionError(
+            f"max_shard_size is {max_shard_size:,} bytes, expected at least 1",
+            option="max_shard_size",
+        )
+    shards: list[list[TensorEntry]] = []
+    current: list[TensorEntry] = []
+    current_size = 0
+    for entry in entries:
+        if entry.nbytes > max_shard_size:
+            shards.append([entry])
+            continue
+        if current_size + entry.nbytes > max_shard_size:
+            shards.append(current)
+            current, current_size = [], 0
+        current.append(entry)
+        current_size += entry.nbytes
+    if current or not shards:
+        shards.append(current)
+    return shards
+
+
+def plan_set(
+    directory: str | os.PathLike[str],
+    layout: SetLayout,
+    count: int,
+    *,
+    variant: str | None = None,
+    overwrite: bool,
+    durable: bool = True,
+) -> SetPlan:
+    """Prepare a save of `count` shards into `directory` (created if missing): remove leftovers
+    of killed saves, then pick a fresh set id and names no file in the directory has.
+
+    Args:
+        directory: the set's directory.
+        layout: the format's naming (`weightstore.sets.layout_for`).
+        count: shards to write; 1 makes the set the single unsharded file.
+        variant: a variant such as ``"fp16"`` (letters, digits, underscores).
+        overwrite: replace an existing set or single file of this layout and variant.
+        durable: fsync the parent directory when this creates `directory`.
+
+    Raises:
+        DestinationExistsError: a committed index or single file is there and `overwrite` is
+            false.
+        SaveFailedError: the directory cannot be created or listed (a file is in its place).
+        InvalidOptionError: `count` below 1 or a malformed variant.
+    """
+    if count < 1:
+        raise InvalidOptionError(f"a set has at least one shard, not {count}")
+    try:
+        single, index = layout.single_name(variant), layout.index_name(variant)
+    except ValueError as err:
+        raise InvalidOptionError(str(err), option="variant") from None
+    path = os.fspath(directory)
+    _make_directory(path, durable)
+    committed = _committed_names(os.path.join(path, index))
+    if not overwrite:
+        for name in (index, single):
+            if os.path.lexists(os.path.join(path, name)):
+                raise DestinationExistsError(os.path.join(path, name))
+    _remove_unnamed(path, layout, variant, committed, remove_single=False)
+    reserved = frozenset() if committed is None else committed
+    while True:  # a second pass only when a tagged name is taken: 1 in 4 billion
+        set_id = secrets.token_hex(SET_ID_HEX_LEN // 2)
+        names = _fresh_names(path, layout, count, variant, set_id, reserved)
+        if names is not None:
+            return SetPlan(path, layout, variant, set_id, names)
+
+
+def write_shard(
+    plan: SetPlan,
+    number: int,
+    entries: Sequence[TensorEntry],
+    fmt: ContainerFormat,
+    *,
+    metadata: Mapping[str, str],
+    durable: bool,
+) -> dict[str, int]:
+    """Write shard `number` (1-based) of `plan` atomically, one tensor pulled at a time.
+
+    Its metadata is `metadata` plus the set id (a ``total_size`` or set id in `metadata`
+    describes another set and is dropped). A shard's name is new to the directory (`plan_set`),
+    so it is never replaced; the single file of an unsharded set replaces the old one
+    atomically, which is that set's commit.
+
+    Returns:
+        Bytes of each tensor written, by name.
+
+    Raises:
+        EntryError, DTypeError: an entry the format cannot hold, before a byte is written.
+        DestinationExistsError: the shard's name appeared since `plan_set` (another save).
+        SaveFailedError: the disk is full, ...; no part of the shard is left.
+    """
+    writer = _shard_writer(plan, entries, fmt, metadata)
+    _write_planned(plan, number, writer, durable)
+    return {entry.name: entry.nbytes for entry in entries}
+
+
+def commit_set(
+    plan: SetPlan,
+    weight_map: Mapping[str, str],
+    metadata: Mapping[str, str],
+    *,
+    total_size: int,
+    durable: bool,
+) -> str:
+    """Commit the shards of `plan`: replace the index by an atomic rename, then remove what it
+    superseded. For an unsharded plan (whose single file, written last, is already the commit)
+    remove the old index, then old shards.
+
+    Args:
+        plan: the plan the shards were written under, all of them written.
+        weight_map: tensor name -> shard file name (one of `plan.shard_names`).
+        metadata: user pairs for the index's ``"metadata"``, beside ``total_size`` and the set
+            id (those two keys in `metadata` describe another set and are dropped).
+        total_size: bytes of tensor data in the set.
+        durable: fsync the index and directory before anything is removed.
+
+    Returns:
+        The index path, or the single file's path for an unsharded set.
+
+    Raises:
+        EntryError: `weight_map` names a file that is not one of the plan's shards.
+        SaveFailedError: the index cannot be written (or, unsharded, the old index cannot be
+            removed); the old set is then still the one that loads.
+    """
+    directory = plan.directory
+    unknown = set(weight_map.values()).difference(plan.shard_names)
+    if unknown:
+        raise EntryError(f"the weight map names {sorted(unknown)[0]!r}, not a shard of this save")
+    if plan.single:
+        _remove_old_index(plan.index_path, durable)
+        _remove_unnamed(directory, plan.layout, plan.variant, frozenset(), remove_single=False)
+        return plan.shard_path(1)
+    index = _index_json(plan, weight_map, metadata, total_size)
+    write_atomic(plan.index_path, _write_bytes(index), overwrite=True, durable=durable)
+    named = frozenset(plan.shard_names)
+    _remove_unnamed(directory, plan.layout, plan.variant, named, remove_single=True)
+    return plan.index_path
+
+
+def write_set(
+    directory: str | os.PathLike[str],
+    layout: SetLayout,
+    fmt: ContainerFormat,
+    entries: Iterable[TensorEntry],
+    *,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    metadata: Mapping[str, str],
+    overwrite: bool,
+    durable: bool,
+    variant: str | None = None,
+) -> str:
+    """Save `entries` as a set in `directory`, in one process: plan, write each shard, commit.
+
+    Every shard's writer is built before the first is written, so a bad name or dtype is
+    refused with nothing written; a save that fails after that removes the shards it wrote.
+
+    Args:
+        directory: the set's directory, created if missing.
+        layout: the format's naming (`weightstore.sets.layout_for`).
+        fmt: the shards' container format (its `writer`).
+        entries: the tensors, each's data pulled once, one at a time.
+        max_shard_size: bytes of tensor data per shard (`weightstore.sets.parse_size`).
+        metadata: string pairs for the index and every shard.
+        overwrite: replace an existing set or single file.
+        durable: fsync shards, index and directory (`weightstore._atomic`).
+        variant: a variant such as ``"fp16"``.
+
+    Returns:
+        The index path, or the single file's when everything fits in one shard.
+
+    Raises:
+        DestinationExistsError: a set is there and `overwrite` is false.
+        EntryError: two entries share a name, or an entry the format cannot hold.
+
+    Example:
+        >>> from weightstore import safetensors  # doctest: +SKIP
+        >>> write_set("ckpt", layout_for("safetensors"), safetensors.FORMAT, entries,
+        ...           max_shard_size=parse_size("5GB"), metadata={}, overwrite=True,
+        ...           durable=True)
+        'ckpt/model.safetensors.index.json'
+    """
+    given = list(entries)
+    _refuse_duplicates(given)
+    shards = plan_shards(given, max_shard_size)
+    plan = plan_set(
+        directory, layout, len(shards), variant=variant, overwrite=overwrite, durable=durable
+    )
+    writers = [_shard_writer(plan, shard, fmt, metadata) for shard in shards]
+    written: list[str] = []
+    try:
+        for number, writer in enumerate(writers, 1):
+            _write_planned(plan, number, writer, durable)
+            written.append(plan.shard_path(number))
+        weight_map = {e.name: plan.shard_names[n] for n, shard in enumerate(shards) for e in shard}
+        total_size = sum(entry.nbytes for entry in given)
+        return commit_set(plan, weight_map, metadata, total_size=total_size, durable=durable)
+    except BaseException:
+        # Uncommitted shards go. A single file written is already committed, and so are shards
+        # the index names (its directory's fsync can fail after the rename).
+        committed = _committed_names(plan.index_path) or frozenset()
+        if not plan.single and committed.isdisjoint(plan.shard_names):
+            for path in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        raise
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+
+def _make_directory(path: str, durable: bool) -> None:
+    if os.path.isdir(path):
+        return
+    if os.path.lexists(path):
+        raise SaveFailedError(path, errno.ENOTDIR, "a file is where the set's directory goes")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise SaveFailedError(path, err.errno, err.strerror) from err
+    if durable:
+        _fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def _fresh_names(
+    directory: str,
+    layout: SetLayout,
+    count: int,
+    variant: str | None,
+    set_id: str,
+    reserved: frozenset[str],
+) -> tuple[str, ...] | None:
+    """Plain names if no file has them, else names tagged with the set id, else None.
+
+    An unsharded set is its single file, which it replaces atomically; only when the committed
+    index itself names that file (a foreign index may) does the set become one tagged shard.
+    """
+    single = layout.single_name(variant)
+    if count == 1 and single not in reserved:
+        return (single,)
+    tag = set_id[:TAG_HEX_LEN]
+    for chosen in (None, tag):
+        names = tuple(layout.shard_name(n, count, variant, chosen) for n in range(1, count + 1))
+        if not any(os.path.lexists(os.path.join(directory, name)) for name in names):
+            return names
+    return None
+
+
+def _committed_names(index_path: str) -> frozenset[str] | None:
+    """The file names the committed index at `index_path` holds: empty when there is no index,
+    None when it cannot be read as an index (then nothing it might name is removed before the
+    save, and the new names avoid every file in the directory anyway)."""
+    try:
+        with open(index_path, "rb") as file:
+            text = file.read(MAX_COMMITTED_INDEX_SIZE + 1)
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
+    if len(text) > MAX_COMMITTED_INDEX_SIZE:
+        return None
+    try:
+        index = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        return None
+    return frozenset(name for name in weight_map.values() if isinstance(name, str))
+
+
+def _refuse_duplicates(entries: Sequence[TensorEntry]) -> None:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name in seen:
+            raise EntryError("two tensors have this name; a set holds each once", tensor=entry.name)
+        seen.add(entry.name)
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def _shard_writer(
+    plan: SetPlan, entries: Sequence[TensorEntry], fmt: ContainerFormat, metadata: Mapping[str, str]
+) -> ContainerWriter:
+    if fmt.writer is None:
+        raise InvalidOptionError(f"{fmt.title} files cannot be written", format=fmt.name)
+    pairs = {key: value for key, value in metadata.items() if key not in _RESERVED_KEYS}
+    pairs[SET_ID_KEY] = plan.set_id
+    writer: ContainerWriter = fmt.writer(entries, pairs)
+    return writer
+
+
+def _write_planned(plan: SetPlan, number: int, writer: ContainerWriter, durable: bool) -> None:
+    # Shards never replace a file (their names are fresh); the single file replaces the old one.
+    write_atomic(plan.shard_path(number), writer.write_to, overwrite=plan.single, durable=durable)
+
+
+def _index_json(
+    plan: SetPlan, weight_map: Mapping[str, str], metadata: Mapping[str, str], total_size: int
+) -> bytes:
+    """The index as huggingface_hub writes it (2-space indent), weight map sorted by name."""
+    user = {key: value for key, value in metadata.items() if key not in _RESERVED_KEYS}
+    header: dict[str, Any] = {TOTAL_SIZE_KEY: total_size, **user, SET_ID_KEY: plan.set_id}
+    index = {"metadata": header, "weight_map": dict(sorted(weight_map.items()))}
+    return (json.dumps(index, indent=2) + "\n").encode("utf-8")
+
+
+def _write_bytes(data: bytes) -> Callable[[BinaryIO], None]:
+    def write(file: BinaryIO) -> None:
+        write_all(file, memoryview(data))
+
+    return write
+
+
+# -- cleaning up ----------------------------------------------------------------------------------
+
+
+def _remove_old_index(index_path: str, durable: bool) -> None:
+    """Remove the index an unsharded save supersedes; made durable before any old shard goes,
+    so no crash leaves an index naming shards that are gone."""
+    try:
+        os.unlink(index_path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise SaveFailedError(index_path, err.errno, err.strerror) from err
+    if durable:
+        _fsync_directory(os.path.dirname(index_path))
+
+
+def _remove_unnamed(
+    directory: str,
+    layout: SetLayout,
+    variant: str | None,
+    named: frozenset[str] | None,
+    *,
+    remove_single: bool,
+) -> None:
+    """Remove this layout's and variant's shards that `named` lacks (none when `named` is None:
+    the committed names are unknown), the single file when `remove_single`, and the scratch
+    files killed saves of any of the set's files left. Housekeeping: a file that cannot be
+    removed stays for the next save."""
+    try:
+        listing = os.listdir(directory)
+    except OSError:
+        return
+    single, index = layout.single_name(variant), layout.index_name(variant)
+    scratch_bases: set[str] = set()
+    for name in listing:
+        scratch = _SCRATCH_NAME.fullmatch(name)
+        if scratch is not None:
+            base = scratch["base"]
+            if base in (single, index) or _is_own_shard(base, layout, variant):
+                scratch_bases.add(base)
+            continue
+        stale_shard = named is not None and name not in named
+        if (stale_shard and _is_own_shard(name, layout, variant)) or (
+            remove_single and name == single
+        ):
+            _remove_file(os.path.join(directory, name))
+    for base in sorted(scratch_bases):  # only files of dead, unlocked writers (`_atomic`)
+        _remove_stale_scratch(os.path.join(directory, base))
+
+
+def _is_own_shard(name: str, layout: SetLayout, variant: str | None) -> bool:
+    shard = parse_shard_name(name)
+    return (
+        shard is not None
+        and shard.stem == layout.stem
+        and shard.variant == variant
+        and shard.extension == layout.extension
+    )
+
+
+def _remove_file(path: str) -> None:
+    """Unlink `path` if it is a file or a link (a directory named like a shard is left)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_directory(path: str) -> None:
+    if os.name != "posix":  # Windows cannot open a directory for fsync
+        return
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

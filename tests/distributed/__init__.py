@@ -1,0 +1,1 @@
+"""Tests of weightstore.distributed: sliced loads and rank-aware saves."""

@@ -1,0 +1,50 @@
+"""Counting the bytes a load reads: every SafeTensors file opened in pread mode through a
+source that adds up what each `read` returns (headers, the format probe and tensor data)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Iterator
+from unittest import mock
+
+from weightstore._bytesource import PreadSource
+from weightstore.safetensors import _reader
+
+
+class ReadCounter:
+    """Bytes read so far, by file."""
+
+    def __init__(self) -> None:
+        self.bytes: Counter[str] = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+    def by_file(self) -> dict[str, int]:
+        return dict(self.bytes)
+
+
+class _CountingSource(PreadSource):
+    def __init__(self, path: str, counter: ReadCounter) -> None:
+        super().__init__(path)
+        self._counter = counter
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        view = super().read(offset, size, what, tensor)
+        self._counter.bytes[os.path.basename(self._name or "")] += size
+        return view
+
+
+@contextlib.contextmanager
+def counting_reads() -> Iterator[ReadCounter]:
+    """Within the block, SafeTensors readers read with pread and count every byte."""
+    counter = ReadCounter()
+
+    def open_counting(path: str | os.PathLike[str], mode: str = "mmap") -> PreadSource:
+        return _CountingSource(os.fspath(path), counter)
+
+    with mock.patch.object(_reader, "open_source", open_counting):
+        yield counter
