@@ -3,8 +3,8 @@
 Every ```` ```python ```` block of ``README.md`` and ``docs/*.md`` is a test. It runs in a fresh
 temporary directory, twice in a row, each time in a fresh namespace: the second run proves that
 its saves do not fail on the files the first run left (a save replaces a file only when asked,
-with ``.overwrite()`` or ``overwrite=True``). A block that needs torch is skipped when torch is
-not installed.
+with ``.overwrite()`` or ``overwrite=True``). A block that needs torch (or jax) is skipped when
+it is not installed.
 
 What a page shows a block printing is checked, in either of two spellings:
 
@@ -43,6 +43,7 @@ RUNS = 2  # the second run meets the files the first one wrote
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
 _NEEDS_TORCH = re.compile(r"^\s*(import torch\b|from torch\b)", re.MULTILINE)
+_NEEDS_JAX = re.compile(r"^\s*(import (jax|flax)\b|from (jax|flax)\b)", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,8 @@ def test_block_runs_twice_and_prints_what_the_page_shows(
         pytest.skip(f"not-run: {block.not_run}")
     if _NEEDS_TORCH.search(block.code) and importlib.util.find_spec("torch") is None:
         pytest.skip("needs torch, which is not installed")
+    if _NEEDS_JAX.search(block.code) and importlib.util.find_spec("jax") is None:
+        pytest.skip("needs jax and flax, which are not installed (the jax extra)")
     monkeypatch.chdir(tmp_path)
     _check(block)
 

@@ -16,7 +16,7 @@ from weightstore.entry import TensorEntry
 from weightstore.safetensors import write_bytes
 from weightstore.snapshot import TensorSnapshot
 
-HEAVY = ("numpy", "torch", "cbor2", "ml_dtypes", "tqdm", "weightstore.cli")
+HEAVY = ("numpy", "torch", "jax", "flax", "cbor2", "ml_dtypes", "tqdm", "weightstore.cli")
 
 
 def _loaded_after(code: str) -> set[str]:

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     # 1: byte sources: where bytes come from and how they reach a disk atomically.
     "weightstore._bytesource": 1,
     "weightstore._atomic": 1,
+    "weightstore._remote": 1,  # URLs: the fsspec filesystem behind one, imported on first use
     # 2: what every container shares: the reader and writer protocols, the writer's input
     # (`TensorEntry`), lazy slicing, and the `ContainerFormat` record each container fills in.
     # Format-free and model-free, so the containers above may all use them.
@@ -75,6 +76,7 @@ LAYERS: dict[str, int] = {
     # 9: the simple API.
     "weightstore.record": 9,
     "weightstore.module_snapshot": 9,
+    "weightstore.distributed": 9,  # tensor-parallel loads and rank-aware saves over a store
     # 10: the commands people type, and the package root that re-exports everything.
     "weightstore.cli": 10,
     "weightstore.__main__": 10,
@@ -122,9 +124,15 @@ class HeavyRule:
 
 
 HEAVY_IMPORTS: dict[str, HeavyRule] = {
-    "torch": HeavyRule(frozenset({"weightstore.bridge._torch"}), lazy_elsewhere=False),
-    "fsspec": HeavyRule(frozenset(), lazy_elsewhere=True),
-    "jax": HeavyRule(frozenset(), lazy_elsewhere=True),
+    "torch": HeavyRule(
+        frozenset({"weightstore.bridge._torch", "weightstore.bridge._distributed"}),
+        lazy_elsewhere=False,
+    ),
+    "fsspec": HeavyRule(frozenset({"weightstore._remote"}), lazy_elsewhere=False),
+    # The JAX bridge is imported only for a JAX model (bridge_for), and imports flax only
+    # for an NNX module, found without importing it.
+    "jax": HeavyRule(frozenset({"weightstore.bridge._jax"}), lazy_elsewhere=False),
+    "flax": HeavyRule(frozenset({"weightstore.bridge._jax"}), lazy_elsewhere=False),
 }
 
 

@@ -1,7 +1,9 @@
 """Adapters that transform snapshots between frameworks' conventions, lazily.
 
 `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter` convert between torch's and Burn's parameter
-conventions (Linear weights transposed, norm parameters renamed), `HalfPrecisionAdapter` and
+conventions (Linear weights transposed, norm parameters renamed), `PyTorchToFlaxAdapter` /
+`FlaxToPyTorchAdapter` and `BurnToFlaxAdapter` / `FlaxToBurnAdapter` between theirs and Flax's
+(kernels laid out, norm and embedding parameters renamed), `HalfPrecisionAdapter` and
 `FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two.
 """
 
@@ -15,16 +17,28 @@ from weightstore.adapters._precision import (
     HalfPrecisionAdapter,
 )
 from weightstore.adapters._pytorch_burn import BurnToPyTorchAdapter, PyTorchToBurnAdapter
+from weightstore.adapters._pytorch_flax import (
+    LINEN_COLLECTIONS,
+    BurnToFlaxAdapter,
+    FlaxToBurnAdapter,
+    FlaxToPyTorchAdapter,
+    PyTorchToFlaxAdapter,
+)
 
 __all__ = [
     "DEFAULT_HALF_PRECISION_MODULES",
+    "LINEN_COLLECTIONS",
     "NORMALIZATION_TYPES",
     "Adapter",
+    "BurnToFlaxAdapter",
     "BurnToPyTorchAdapter",
     "ChainAdapter",
+    "FlaxToBurnAdapter",
+    "FlaxToPyTorchAdapter",
     "FloatCastAdapter",
     "HalfPrecisionAdapter",
     "IdentityAdapter",
     "PyTorchToBurnAdapter",
+    "PyTorchToFlaxAdapter",
     "burn_module_type",
 ]

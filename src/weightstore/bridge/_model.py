@@ -40,6 +40,7 @@ __all__ = [
     "ReachingBridge",
     "Target",
     "TensorSource",
+    "TreeSlot",
     "aliases_by_identity",
     "aliases_by_key",
     "is_torch_module",
@@ -241,6 +242,28 @@ def is_torch_tensor(value: object) -> bool:
     return any(
         cls.__module__ == "torch" and cls.__name__ == "Tensor" for cls in type(value).__mro__
     )
+
+
+class TreeSlot:
+    """A JAX pytree to load into, and the tree the load built.
+
+    JAX arrays never change in place, and neither do tuples, FrozenDicts or most pytree
+    nodes, so a load into a pytree builds a new tree of the same structure (loaded leaves
+    replaced, the rest kept) and leaves it in `tree`; `weightstore.bridge.load_tree` wraps
+    this.
+
+    Attributes:
+        tree: the pytree (a Linen variable dict, a pytree of arrays or of abstract
+            ``jax.ShapeDtypeStruct`` leaves, or an NNX module, which loads in place).
+    """
+
+    __slots__ = ("tree",)
+
+    def __init__(self, tree: Any) -> None:
+        self.tree = tree
+
+    def __repr__(self) -> str:
+        return f"TreeSlot({type(self.tree).__name__})"
 
 
 class LoadReach:

@@ -18,7 +18,7 @@ next, so converting a file larger than memory holds one tensor at a time.
 
 Module types: none of these names the modules that own its tensors, so their snapshots have
 an empty container (a snapshot the caller built keeps its own). Adapters keyed on module
-types (`MODULE_TYPED_ADAPTERS`: the PyTorch <-> Burn layout, half precision) would change
+types (`MODULE_TYPED_ADAPTERS`: the Burn and Flax layouts, half precision) would change
 nothing and leave a file that only looks converted; `validate_adapter` refuses them instead.
 torch is imported only when a torch tensor is seen, never to look for one.
 """
@@ -33,10 +33,14 @@ import numpy as np
 
 from weightstore.adapters import (
     Adapter,
+    BurnToFlaxAdapter,
     BurnToPyTorchAdapter,
     ChainAdapter,
+    FlaxToBurnAdapter,
+    FlaxToPyTorchAdapter,
     HalfPrecisionAdapter,
     PyTorchToBurnAdapter,
+    PyTorchToFlaxAdapter,
 )
 from weightstore.bridge._model import TensorSource, aliases_by_key, is_torch_tensor
 from weightstore.errors import InvalidOptionError
@@ -56,7 +60,10 @@ FRAMEWORKS: Final = frozenset({"pt", "tf", "flax", "mlx"})
 versions refuse a file whose ``format`` is anything else). A source file's own pair is carried
 over only when it is one of these."""
 
-MODULE_TYPED_ADAPTERS: Final = (HalfPrecisionAdapter, PyTorchToBurnAdapter, BurnToPyTorchAdapter)
+MODULE_TYPED_ADAPTERS: Final = (
+    HalfPrecisionAdapter, PyTorchToBurnAdapter, BurnToPyTorchAdapter, PyTorchToFlaxAdapter,
+    FlaxToPyTorchAdapter, BurnToFlaxAdapter, FlaxToBurnAdapter,
+)  # fmt: skip
 """Adapters that decide by the owning module's type and change nothing without one."""
 
 _PYTORCH_FRAMEWORK: Final = "pt"  # a PyTorch checkpoint's tensors, read with torch or without
@@ -134,7 +141,7 @@ def validate_adapter(adapter: Adapter, source: TensorSource) -> None:
         return
     raise InvalidOptionError(
         f"{type(typed).__name__} decides by module type (Linear, the norm layers), and the "
-        "tensors being saved name no modules (only a torch nn.Module does: stores, readers, "
+        "tensors being saved name no modules (only torch and JAX models do: stores, readers, "
         "state dicts and NumPy dicts do not), so it would change nothing; save from the model, "
         "or use FloatCastAdapter for a dtype cast",
         option="to_adapter",
