@@ -21,9 +21,31 @@ from weightstore._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import WeightstoreError
 
-__all__ = ["SnapshotLoadError", "TensorSnapshot", "reader_snapshots"]
+__all__ = ["ReaderLoad", "SnapshotLoadError", "TensorSnapshot", "part_reader", "reader_snapshots"]
 
 ArrayLoader = Callable[[], "np.ndarray[Any, Any]"]
+
+
+class ReaderLoad(functools.partial):  # type: ignore[type-arg]
+    """A snapshot's load that is ``reader.get(name)`` (every store snapshot's, from
+    `reader_snapshots`), which can also read a part of the tensor alone (`part_reader`).
+    A `functools.partial`, so a load costs what a partial's call costs."""
+
+    __slots__ = ()
+
+    def read_part(self, index: Any) -> np.ndarray[Any, Any]:
+        """``reader.get_slice(name)[index]``: only the part's bytes where the format allows."""
+        reader: TensorReader = getattr(self.func, "__self__")  # noqa: B009 (a bound method)
+        return np.asarray(reader.get_slice(self.args[0])[index])
+
+
+def part_reader(snapshot: TensorSnapshot) -> Callable[[Any], np.ndarray[Any, Any]] | None:
+    """How to read a part (``[a:b, :]``) of `snapshot`'s tensor without reading the rest: the
+    reader's slice when the snapshot comes straight from a container reader; None when its
+    load is anything else (an adapter's cast or transpose, an array in memory), which only
+    gives the whole tensor."""
+    load = snapshot.load
+    return load.read_part if type(load) is ReaderLoad else None
 
 
 class SnapshotLoadError(WeightstoreError, RuntimeError):
@@ -131,7 +153,7 @@ def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
             for name in reader.names_in_file_order()
             for info in (describe(name),)
         ]
-    partial, split = functools.partial, str.split
+    partial, split = ReaderLoad, str.split
     return [
         TensorSnapshot(tuple(split(name, ".")), dtype, shape, partial(get, name), (), param_id)
         for name, dtype, shape, param_id in infos

@@ -51,7 +51,7 @@ from weightstore.bridge._model import (
 )
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import DTypeError, InvalidOptionError
-from weightstore.snapshot import TensorSnapshot
+from weightstore.snapshot import TensorSnapshot, part_reader
 
 __all__ = ["FLAX_FRAMEWORK", "JaxBridge", "is_jax_model"]
 
@@ -538,16 +538,6 @@ def _source_snapshot(pending: PendingTensor) -> TensorSnapshot | None:
 def _reader_slice(
     snapshot: TensorSnapshot,
 ) -> Callable[[tuple[Any, ...]], np.ndarray[Any, Any]] | None:
-    """``reader.get_slice(name)[index]`` when the snapshot's loader is a store's
-    ``partial(reader.get, name)`` (`snapshot.reader_snapshots`); else None."""
-    load = snapshot.load
-    if type(load) is not functools.partial or len(load.args) != 1 or load.keywords:
-        return None
-    method, name = load.func, load.args[0]
-    reader = getattr(method, "__self__", None)
-    if getattr(method, "__name__", None) != "get" or not isinstance(name, str):
-        return None
-    get_slice = getattr(reader, "get_slice", None)
-    if not callable(get_slice):
-        return None
-    return lambda index: np.asarray(get_slice(name)[index])
+    """``reader.get_slice(name)[index]`` when the snapshot comes straight from a container
+    reader (`snapshot.part_reader`); else None."""
+    return part_reader(snapshot)

@@ -28,7 +28,7 @@ from weightstore.distributed._plan import (
     validate_rank,
 )
 from weightstore.errors import InvalidOptionError
-from weightstore.snapshot import TensorSnapshot
+from weightstore.snapshot import ReaderLoad, TensorSnapshot
 
 if TYPE_CHECKING:
     import numpy as np
@@ -177,29 +177,11 @@ def _sliced(snapshot: TensorSnapshot, dim: int, rank: int, world_size: int) -> T
 
 def _slice_load(load: Callable[[], Any], key: tuple[slice, ...]) -> Callable[[], Any]:
     """A load of `key` of what `load` loads: through the reader's ``get_slice`` when `load`
-    is a store's ``partial(reader.get, name)`` (`snapshot.reader_snapshots` builds every
-    store snapshot so), reading only the slice; else the whole tensor, sliced in memory."""
-    found = _reader_and_name(load)
-    if found is None:
-        return functools.partial(_slice_of_whole, load, key)
-    reader, name = found
-    return functools.partial(_read_slice, reader, name, key)
-
-
-def _reader_and_name(load: Callable[[], Any]) -> tuple[Any, str] | None:
-    if type(load) is not functools.partial or len(load.args) != 1 or load.keywords:
-        return None
-    method, name = load.func, load.args[0]
-    reader = getattr(method, "__self__", None)
-    is_get = getattr(method, "__name__", None) == "get"
-    if is_get and isinstance(name, str) and callable(getattr(reader, "get_slice", None)):
-        return reader, name
-    return None
-
-
-def _read_slice(reader: Any, name: str, key: tuple[slice, ...]) -> np.ndarray[Any, Any]:
-    array: np.ndarray[Any, Any] = reader.get_slice(name)[key]
-    return array
+    is a store's (`snapshot.ReaderLoad`), reading only the slice; else the whole tensor,
+    sliced in memory."""
+    if type(load) is ReaderLoad:
+        return functools.partial(load.read_part, key)
+    return functools.partial(_slice_of_whole, load, key)
 
 
 def _slice_of_whole(load: Callable[[], Any], key: tuple[slice, ...]) -> np.ndarray[Any, Any]:
