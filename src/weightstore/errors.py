@@ -97,8 +97,25 @@ class WeightstoreError(Exception):
         self.detail = detail
         super().__init__(f"{_where(path, tensor)}: {detail}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the instance it is, not by calling the class again: subclasses take other
+        constructor arguments than their message, and an error that cannot be unpickled breaks
+        whatever carries it between processes (`torch.distributed.checkpoint` sends a failing
+        rank's exception to the others, `multiprocessing` a worker's)."""
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def _rebuilt(
+    kind: type[WeightstoreError], args: tuple[object, ...], state: dict[str, object]
+) -> WeightstoreError:
+    """An error of type `kind` with exactly the message and attributes it was pickled with."""
+    error = kind.__new__(kind)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class FormatError(WeightstoreError, ValueError):
