@@ -1,0 +1,197 @@
+"""The DCP index: its exact text, and every rule a hostile one breaks, each refused with a
+`SetError` naming the index and the tensor at fault, before any rank file is opened."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from weightstore.dtypes import from_name
+from weightstore.errors import LimitExceeded, SetError
+from weightstore.sets._dcp_index import (
+    DCP_INDEX_NAME,
+    MAX_DCP_INDEX_DEPTH,
+    DcpChunk,
+    DcpTensor,
+    dcp_index_bytes,
+    is_dcp_checkpoint,
+    locate_rank_files,
+    parse_dcp_index,
+    rank_file_name,
+    read_dcp_index,
+)
+
+SET_ID = "0123456789abcdef0123456789abcdef"
+FILE0, FILE1 = rank_file_name(0, SET_ID, "bpk"), rank_file_name(1, SET_ID, "bpk")
+
+GOLDEN = """{
+  "metadata": {
+    "run": "a",
+    "weightstore.format": "torch.distributed.checkpoint",
+    "weightstore.container": "burnpack",
+    "weightstore.set_id": "0123456789abcdef0123456789abcdef",
+    "total_size": 32,
+    "dcp_version": "1.0.0"
+  },
+  "tensors": {
+    "w": {"dtype": "F32", "shape": [2, 4], "chunks": [\
+{"file": "rank-00000.01234567.bpk", "name": "w", "offsets": [0, 0], "sizes": [1, 4]}, \
+{"file": "rank-00001.01234567.bpk", "name": "w", "offsets": [1, 0], "sizes": [1, 4]}]}
+  },
+  "values": {
+    "lr": 0.5,
+    "betas": {"$tuple": [0.9, 0.99]}
+  },
+  "paths": {
+    "w": ["model", "w"],
+    "lr": ["lr"],
+    "betas": ["betas"]
+  }
+}
+"""
+
+
+def two_chunks() -> dict[str, DcpTensor]:
+    chunks = [DcpChunk(FILE0, "w", [0, 0], [1, 4]), DcpChunk(FILE1, "w", [1, 0], [1, 4])]
+    return {"w": DcpTensor(from_name("F32"), (2, 4), chunks)}
+
+
+def golden_bytes() -> bytes:
+    return dcp_index_bytes(
+        SET_ID,
+        two_chunks(),
+        {"lr": 0.5, "betas": (0.9, 0.99)},
+        paths={"w": ("model", "w"), "lr": ("lr",), "betas": ("betas",)},
+        planner_data=None,
+        metadata={"run": "a", "weightstore.set_id": "ffff"},  # a reserved key is replaced
+        container="burnpack",
+        dcp_version="1.0.0",
+    )
+
+
+def test_the_index_text_is_exact() -> None:
+    assert golden_bytes().decode() == GOLDEN
+
+
+def test_the_index_reads_back() -> None:
+    index = parse_dcp_index(golden_bytes(), "ckpt/dcp.index.json")
+    assert index.set_id == SET_ID and index.tensors == two_chunks()
+    assert index.values == {"lr": 0.5, "betas": (0.9, 0.99)}
+    assert index.paths == {"w": ("model", "w"), "lr": ("lr",), "betas": ("betas",)}
+    assert index.metadata["run"] == "a" and index.metadata["total_size"] == "32"
+    assert index.files() == [FILE0, FILE1] and index.directory == "ckpt"
+
+
+def broken(change: Any) -> bytes:
+    """The golden index with `change(index)` applied to its JSON."""
+    index = json.loads(GOLDEN)
+    change(index)
+    return json.dumps(index).encode()
+
+
+def chunk(index: dict[str, Any], number: int) -> dict[str, Any]:
+    found: dict[str, Any] = index["tensors"]["w"]["chunks"][number]
+    return found
+
+
+CASES: list[tuple[str, Any, str]] = [
+    ("not-an-object", lambda i: i.clear() or i.update(x=1), '"weightstore.format"'),
+    ("format", lambda i: i["metadata"].pop("weightstore.format"), "no weightstore"),
+    ("set-id", lambda i: i["metadata"].update({"weightstore.set_id": "XYZ"}), "32 lowercase"),
+    ("dtype", lambda i: i["tensors"]["w"].update(dtype="F99"), "dtype 'F99'"),
+    ("no-numpy-dtype", lambda i: i["tensors"]["w"].update(dtype="QFLOAT"), "dtype 'QFLOAT'"),
+    ("shape", lambda i: i["tensors"]["w"].update(shape=[2, -4]), "non-negative"),
+    ("bool-dim", lambda i: i["tensors"]["w"].update(shape=[True, 4]), "non-negative"),
+    ("dims", lambda i: i["tensors"]["w"].update(shape=[1] * 65), "at most 64"),
+    ("chunks", lambda i: i["tensors"]["w"].update(chunks={}), '"chunks"'),
+    ("chunk-rank", lambda i: chunk(i, 0).update(offsets=[0]), "1 offsets"),
+    ("escape", lambda i: chunk(i, 0).update(file="../secret.bpk"), "leaves the directory"),
+    ("absolute", lambda i: chunk(i, 0).update(file="/etc/passwd"), "absolute path"),
+    ("past-shape", lambda i: chunk(i, 1).update(offsets=[1, 1]), "reaches past"),
+    ("overlap", lambda i: chunk(i, 1).update(offsets=[0, 0]), "overlap"),
+    ("gap", lambda i: i["tensors"]["w"]["chunks"].pop(), "cover 4 of the tensor's 8"),
+    ("same-name", lambda i: chunk(i, 1).update(file=FILE0, offsets=[1, 0]), "two chunks"),
+    ("value-form", lambda i: i["values"].update(lr={"$eval": "1"}), "not one of"),
+    ("both", lambda i: i["values"].update(w=1), "both as a tensor and as a value"),
+    ("paths", lambda i: i["paths"].update(w=["model", 1.5]), "strings and integers"),
+]
+
+
+@pytest.mark.parametrize(("change", "why"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_broken_index_is_refused(change: Any, why: str) -> None:
+    with pytest.raises(SetError) as caught:
+        parse_dcp_index(broken(change), "ckpt/dcp.index.json")
+    assert why in str(caught.value)
+    assert caught.value.path == "ckpt/dcp.index.json"
+
+
+def test_refusals_name_the_tensor() -> None:
+    with pytest.raises(SetError) as caught:
+        parse_dcp_index(broken(lambda i: chunk(i, 1).update(offsets=[0, 0])), "i.json")
+    assert caught.value.tensor == "w"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b"\xff{}", "not UTF-8"),
+        (b'{"metadata": {}, "metadata": {}}', "twice"),
+        (b'{"values": {"x": NaN}}', "not valid JSON"),
+        (b"[" * 300 + b"]" * 300, "nests 300 levels"),
+        (b"{" * 5, "not valid JSON"),
+    ],
+    ids=["utf8", "duplicate", "nan", "deep", "truncated"],
+)
+def test_bad_json_is_refused(text: bytes, why: str) -> None:
+    with pytest.raises(SetError, match=why):
+        parse_dcp_index(text, "i.json")
+    assert MAX_DCP_INDEX_DEPTH < 300
+
+
+def test_a_large_index_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    (tmp_path / DCP_INDEX_NAME).write_bytes(b" " * 2000)
+    with pytest.raises(LimitExceeded):
+        read_dcp_index(tmp_path, max_index_size=1000)
+
+
+def _checkpoint(tmp_path: Path, sizes: tuple[int, int] = (16, 16)) -> Path:
+    (tmp_path / DCP_INDEX_NAME).write_bytes(golden_bytes())
+    for name, size in zip((FILE0, FILE1), sizes, strict=True):
+        (tmp_path / name).write_bytes(bytes(size))
+    return tmp_path
+
+
+def test_rank_files_are_located_and_sized(tmp_path: Path) -> None:
+    located = locate_rank_files(read_dcp_index(_checkpoint(tmp_path)))
+    assert located == {name: str(tmp_path / name) for name in (FILE0, FILE1)}
+    assert is_dcp_checkpoint(tmp_path) and is_dcp_checkpoint(tmp_path / DCP_INDEX_NAME)
+    assert not is_dcp_checkpoint(tmp_path / FILE0)
+
+
+def test_a_rank_file_too_small_for_its_chunks_is_refused(tmp_path: Path) -> None:
+    index = read_dcp_index(_checkpoint(tmp_path, (16, 15)))
+    with pytest.raises(SetError, match="15 bytes, smaller than the 16") as caught:
+        locate_rank_files(index)
+    assert caught.value.shard == FILE1
+
+
+def test_a_missing_rank_file_is_refused(tmp_path: Path) -> None:
+    os.unlink(_checkpoint(tmp_path) / FILE1)
+    with pytest.raises(SetError, match="does not exist") as caught:
+        locate_rank_files(read_dcp_index(tmp_path))
+    assert caught.value.shard == FILE1
+
+
+def test_a_rank_file_linking_outside_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    directory = _checkpoint(tmp_path / "ckpt")
+    outside = tmp_path / "outside.bpk"
+    outside.write_bytes(bytes(16))
+    os.unlink(directory / FILE0)
+    os.symlink(outside, directory / FILE0)
+    with pytest.raises(SetError, match="outside"):
+        locate_rank_files(read_dcp_index(directory))
