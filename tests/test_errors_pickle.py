@@ -32,6 +32,7 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.ArchiveError("bad entry", entry="data/0", path="m.pt"),
     errors.UnsupportedObjectError("torch._utils._rebuild_qtensor", "quantized", path="q.pt"),
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
+    errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
 ]
 
 

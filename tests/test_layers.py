@@ -43,6 +43,8 @@ LAYERS: dict[str, int] = {
     "weightstore._bytesource": 1,
     "weightstore._atomic": 1,
     "weightstore._remote": 1,  # URLs: the fsspec filesystem behind one, imported on first use
+    "weightstore._remote_source": 1,  # a URL as a byte source: planned, concurrent range reads
+    "weightstore._remote_write": 1,  # saves to URLs: uploads completed whole, a set's folder
     # 2: what every container shares: the reader and writer protocols, the writer's input
     # (`TensorEntry`), lazy slicing, and the `ContainerFormat` record each container fills in.
     # Format-free and model-free, so the containers above may all use them.
@@ -77,6 +79,7 @@ LAYERS: dict[str, int] = {
     "weightstore.record": 9,
     "weightstore.module_snapshot": 9,
     "weightstore.distributed": 9,  # tensor-parallel loads and rank-aware saves over a store
+    "weightstore.dcp": 9,  # torch.distributed.checkpoint storage on weightstore files
     # 10: the commands people type, and the package root that re-exports everything.
     "weightstore.cli": 10,
     "weightstore.__main__": 10,
@@ -125,7 +128,13 @@ class HeavyRule:
 
 HEAVY_IMPORTS: dict[str, HeavyRule] = {
     "torch": HeavyRule(
-        frozenset({"weightstore.bridge._torch", "weightstore.bridge._distributed"}),
+        frozenset(
+            {
+                "weightstore.bridge._torch",
+                "weightstore.bridge._distributed",
+                "weightstore.bridge._dcp",  # torch.distributed.checkpoint storage
+            }
+        ),
         lazy_elsewhere=False,
     ),
     "fsspec": HeavyRule(frozenset({"weightstore._remote"}), lazy_elsewhere=False),

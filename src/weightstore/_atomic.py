@@ -13,6 +13,9 @@ The bytes are held in one of two ways until they are complete:
   file ``<name>.<pid>-<n>.tmp`` (Burn's naming) beside the destination, so the final rename or
   link never crosses filesystems. A killed save leaves it behind; the next save to the same
   name removes the scratch files of writers that are gone (`_remove_stale_scratch`).
+* **A URL** (``s3://``...): an object store has no rename, but an upload becomes an object only
+  when completed, so the bytes stream into an upload that is completed at the end or aborted
+  (`weightstore._remote_write`).
 
 Either way the file is fsynced before it is named and the directory after, so the name survives
 power loss. With ``durable=False`` both fsyncs are skipped, for callers who can rewrite the file
@@ -35,10 +38,11 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
+from weightstore._remote import is_url
 from weightstore.errors import DestinationExistsError, SaveFailedError, WeightstoreError
 
 if sys.platform != "win32":
@@ -115,15 +119,20 @@ def write_atomic(
     *,
     overwrite: bool = False,
     durable: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Run `write` on a scratch file, then give it the destination's name in one step.
 
+    A URL (`weightstore._remote.is_url`) is written as an object store's upload, completed only
+    when `write` returns (`weightstore._remote_write`): the object appears whole or not at all.
+
     Args:
-        destination: the final path.
+        destination: the final path, or a URL.
         write: fills the open binary file; any exception it raises aborts the save.
         overwrite: replace an existing file; otherwise `DestinationExistsError`.
         durable: fsync the file before naming it and its directory after, so the save
             survives power loss; false skips both and keeps only the atomicity.
+        storage_options: for a URL, passed to its filesystem (``{"endpoint_url": ...}``).
 
     Returns:
         The destination path as a string.
@@ -135,6 +144,10 @@ def write_atomic(
             limit, ...); the destination is untouched.
     """
     target = os.fspath(destination)
+    if is_url(target):  # an object store's completed upload is durable: `durable` is moot
+        from weightstore._remote_write import write_object
+
+        return write_object(target, write, overwrite=overwrite, storage_options=storage_options)
     if not overwrite and os.path.lexists(target):
         raise DestinationExistsError(target)
     _remove_stale_scratch(target)

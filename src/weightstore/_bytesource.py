@@ -32,12 +32,13 @@ from __future__ import annotations
 import errno
 import functools
 import gc
+import io
 import mmap
 import os
 import sys
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, Protocol
 
 from weightstore.dtypes import import_on_first_use
 from weightstore.errors import FileMissingError, PathIsDirectoryError, TruncatedError
@@ -53,8 +54,11 @@ __all__ = [
     "MmapSource",
     "PreadSource",
     "ReadMode",
+    "SourceFile",
+    "is_url",
     "open_readable",
     "open_source",
+    "read_runs",
 ]
 
 ReadMode = Literal["mmap", "pread"]
@@ -313,15 +317,131 @@ def _open_collecting(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
-def open_source(path: str | os.PathLike[str], mode: ReadMode = "mmap") -> ByteSource:
+def open_source(
+    path: str | os.PathLike[str],
+    mode: ReadMode = "mmap",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ByteSource:
     """Open `path` for random access reads with the given strategy.
+
+    A URL (``s3://``, ``https://``, anything fsspec opens) opens a
+    `weightstore._remote_source.RemoteSource`, which reads by range requests whatever `mode`
+    says; `storage_options` go to its filesystem (docs/remote.md).
 
     Raises:
         FileMissingError: nothing is at `path` (a `FileNotFoundError`).
         PathIsDirectoryError: `path` is a directory (an `IsADirectoryError`); ``os.open``
             would open one for pread and fail only at the first read.
+        InvalidOptionError: a URL, without the ``remote`` extra installed.
     """
     filename = os.fspath(path)
     if mode not in ("mmap", "pread"):
         raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")
+    if is_url(filename):
+        from weightstore._remote_source import open_remote  # URLs only: fsspec stays unloaded
+
+        return open_remote(filename, storage_options)
     return MmapSource(filename) if mode == "mmap" else PreadSource(filename)
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a URL (`weightstore._remote.is_url`), without importing that module
+    for a plain path."""
+    text = os.fspath(path)
+    if "://" not in text:
+        return False
+    from weightstore import _remote
+
+    return _remote.is_url(text)
+
+
+def read_runs(
+    source: ByteSource, runs: Sequence[tuple[int, int]], what: str, tensor: str | None = None
+) -> np.ndarray[Any, Any]:
+    """The ``(offset, size)`` runs of `source` laid end to end in one uint8 array. A remote
+    source fetches them as one plan (merged, concurrent); others read them one by one."""
+    planned = getattr(source, "read_runs", None)
+    if planned is not None:
+        gathered: np.ndarray[Any, Any] = planned(runs, what, tensor)
+        return gathered
+    buffer = np.empty(sum(size for _, size in runs), np.uint8)
+    position = 0
+    for offset, size in runs:
+        buffer[position : position + size] = np.frombuffer(
+            source.read(offset, size, what, tensor), np.uint8
+        )
+        position += size
+    return buffer
+
+
+class SourceFile(io.RawIOBase):
+    """A read-only, seekable file over a `ByteSource`, for parsers that want one (`zipfile`).
+
+    Reads are served from blocks of `chunk_size` bytes kept after their first read (a few at
+    most), so a parser's many small reads of one region (a zip's directory, its small records)
+    cost one source read each; 0 reads exactly what is asked.
+    """
+
+    _KEPT_CHUNKS: Final = 4
+
+    def __init__(self, source: ByteSource, chunk_size: int = 0) -> None:
+        super().__init__()
+        self._source, self._chunk_size = source, chunk_size
+        self._position = 0
+        self._chunks: dict[int, bytes] = {}
+
+    @property
+    def name(self) -> str | None:
+        """The source's name (zipfile shows it in its messages)."""
+        return self._source.name
+
+    def readable(self) -> bool:
+        """Always: the file is for reading."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always: any position of the source can be read."""
+        return True
+
+    def tell(self) -> int:
+        """The current position."""
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Move to `offset` from the start, the current position or the end (`whence`)."""
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._source.size}
+        position = base[whence] + offset
+        if position < 0:
+            raise ValueError(f"negative seek position {position}")
+        self._position = position
+        return position
+
+    def readinto(self, buffer: Any) -> int:
+        """Fill `buffer` from the current position; fewer bytes at the end, none past it."""
+        view = memoryview(buffer).cast("B")
+        size = max(0, min(view.nbytes, self._source.size - self._position))
+        if size:
+            view[:size] = self._read(self._position, size)
+        self._position += size
+        return size
+
+    def _read(self, offset: int, size: int) -> bytes | memoryview:
+        chunk_size = self._chunk_size
+        if not chunk_size or size > chunk_size:
+            return self._source.read(offset, size, "the archive")
+        first, last = offset // chunk_size, (offset + size - 1) // chunk_size
+        data = b"".join(self._chunk(index) for index in range(first, last + 1))
+        start = offset - first * chunk_size
+        return data[start : start + size]
+
+    def _chunk(self, index: int) -> bytes:
+        kept = self._chunks.get(index)
+        if kept is None:
+            start = index * self._chunk_size
+            size = min(self._chunk_size, self._source.size - start)
+            kept = bytes(self._source.read(start, size, "the archive"))
+            if len(self._chunks) >= self._KEPT_CHUNKS:
+                del self._chunks[next(iter(self._chunks))]
+            self._chunks[index] = kept
+        return kept

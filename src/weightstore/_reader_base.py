@@ -9,7 +9,7 @@ and releasing the file are the same and live here once. The shape check holds Nu
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from weightstore._bytesource import ByteSource, MemorySource, MmapSource
@@ -261,6 +261,16 @@ class ContainerReader(Generic[DescriptorT]):
             return array
         copied: np.ndarray[Any, Any] = array.copy()
         return copied
+
+    def plan_reads(self, names: Iterable[str]) -> None:
+        """Announce that `names` will be read whole (`get`), so a remote source fetches them
+        in merged, concurrent batches (`weightstore._remote_source`); nothing for a local file.
+        Names the file lacks are ignored."""
+        plan = getattr(self._source, "plan", None)
+        if plan is None:
+            return
+        spans, start = self._spans, self.data_start
+        plan([(start + spans[n][2], spans[n][3] - spans[n][2]) for n in names if n in spans])
 
     def get_bytes(self, name: str) -> memoryview:
         """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""

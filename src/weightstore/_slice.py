@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from weightstore._bytesource import ByteSource
+from weightstore._bytesource import ByteSource, read_runs
 from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, import_on_first_use
 from weightstore.errors import DTypeError, SliceError
@@ -308,14 +308,9 @@ class TensorSlice:
             offset, size = plan.runs[0]
             data = self._source.read(self._start + offset, size, "tensor data", name)
             gathered = view_as_array(data, self._numpy_dtype, plan.gathered_shape)
-        else:
-            total = sum(size for _, size in plan.runs)
-            buffer = np.empty(total, np.uint8)
-            position = 0
-            for offset, size in plan.runs:
-                run = self._source.read(self._start + offset, size, "tensor data", name)
-                buffer[position : position + size] = np.frombuffer(run, np.uint8)
-                position += size
+        else:  # one plan for all runs: a remote source merges and fetches them concurrently
+            runs = [(self._start + offset, size) for offset, size in plan.runs]
+            buffer = read_runs(self._source, runs, "tensor data", name)
             gathered = buffer.view(self._numpy_dtype).reshape(plan.gathered_shape)
         result = gathered[plan.within].reshape(plan.result_shape)
         # A step leaves a strided view over the whole span; keep only the selected elements.

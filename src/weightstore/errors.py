@@ -26,6 +26,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
     ├── SaveFailedError (OSError)           a save could not write its file (disk full, ...)
+    ├── RemoteReadError (OSError)           a range request for a remote object's bytes failed
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
     └── SliceError (IndexError)             a slice index out of range or of a kind not supported
@@ -59,6 +60,7 @@ __all__ = [
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
+    "RemoteReadError",
     "SaveFailedError",
     "SetError",
     "SetMismatchError",
@@ -298,6 +300,22 @@ class SaveFailedError(WeightstoreError, OSError):
         advice = self._ADVICE.get(code) if code is not None else None
         super().__init__(f"{detail}; {advice}" if advice else detail, path=path)
         self.errno, self.strerror, self.filename = code, reason, path
+
+
+class RemoteReadError(WeightstoreError, OSError):
+    """A request for bytes of a remote object failed (after the filesystem's own retries), or
+    the store answered it with other bytes than asked for.
+
+    Attributes:
+        path: the URL.
+        offset, size: the byte range asked for.
+    """
+
+    def __init__(self, url: str, offset: int, size: int, reason: str) -> None:
+        self.offset, self.size = offset, size
+        super().__init__(
+            f"reading bytes [{offset:,}, {offset + size:,}) failed: {reason}", path=url
+        )
 
 
 class FileMissingError(WeightstoreError, FileNotFoundError):

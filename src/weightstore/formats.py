@@ -10,6 +10,7 @@ opened a file with the wrong reader. Adding a format is one folder and one entry
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
@@ -103,33 +104,57 @@ def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> C
     raise UnsupportedFormatError(detail, path=name)
 
 
-def read_probe(path: str | os.PathLike[str]) -> tuple[bytes, int]:
-    """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at."""
-    from weightstore._bytesource import open_readable  # with the first probe, not the registry
+def read_probe(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> tuple[bytes, int]:
+    """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at.
 
-    with open_readable(os.fspath(path)) as file:
+    For a URL this is the object's first range request, and the reader that opens the same
+    URL right after takes over that request's bytes (`weightstore._remote_source`), so
+    detecting and opening cost one request together.
+    """
+    from weightstore._bytesource import is_url, open_readable  # with the first probe
+
+    filename = os.fspath(path)
+    if is_url(filename):
+        from weightstore._remote_source import probe_remote
+
+        source = probe_remote(filename, storage_options)
+        return source.head[:PROBE_SIZE], source.size
+    with open_readable(filename) as file:
         return file.read(PROBE_SIZE), os.fstat(file.fileno()).st_size
 
 
-def detect_format(path: str | os.PathLike[str]) -> ContainerFormat:
-    """The format of the file at `path`, read from its first bytes, not its name.
+def detect_format(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> ContainerFormat:
+    """The format of the file (or URL) at `path`, read from its first bytes, not its name.
 
     Raises:
         UnsupportedFormatError: no format recognises the bytes.
         OSError: the file cannot be read.
     """
-    head, size = read_probe(path)
+    head, size = read_probe(path, storage_options)
     return detect_format_of_bytes(head, size, os.fspath(path))
 
 
-def open_reader(path: str | os.PathLike[str], **options: Any) -> TensorReader:
+def open_reader(
+    path: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> TensorReader:
     """A reader for the file at `path`, of whichever format its bytes are.
 
     Every reader follows one protocol: `names()`, `get(name)`, `get_slice(name)`,
-    `metadata()`, and use as a context manager.
+    `metadata()`, and use as a context manager. `path` may be a URL (``s3://...``,
+    ``https://...``), read by range requests with `storage_options` (docs/remote.md).
 
     Example:
         >>> with open_reader("model.safetensors") as reader:  # doctest: +SKIP
         ...     weight = reader.get("fc1.weight")
     """
-    return detect_format(path).open_file(path, **options)
+    fmt = detect_format(path, storage_options)
+    if storage_options is not None:
+        options["storage_options"] = storage_options
+    return fmt.open_file(path, **options)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
-from weightstore._bytesource import ByteSource, ReadMode, open_source
+from weightstore._bytesource import ByteSource, ReadMode, is_url, open_source
 from weightstore._format import path_for_read
 from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
 from weightstore._render import MAX_REPR_SIZE, bounded_repr
@@ -41,6 +41,7 @@ from weightstore.dtypes import DType, from_burnpack, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
+    FileMissingError,
     HeaderError,
     LimitExceeded,
     MetadataError,
@@ -103,18 +104,25 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         *,
         mode: ReadMode = "mmap",
         max_file_size: int = MAX_FILE_SIZE,
+        storage_options: Mapping[str, Any] | None = None,
         **limits: int,
     ) -> BurnpackReader:
         """Open a file; `.bpk` is appended when the path has no extension and does not exist.
 
         Args:
-            path: the file.
+            path: the file, or a URL (read by range requests; docs/remote.md).
             mode: ``"mmap"`` (default, zero-copy views) or ``"pread"`` (a read per tensor).
             max_file_size: refuse larger files before mapping them.
+            storage_options: for a URL, what its filesystem is opened with.
             limits: ``max_metadata_size``, ``max_tensor_count``, ``max_tensor_size``.
         """
         filename = path_for_read(path, EXTENSION)
-        source = open_source(filename, mode)
+        if is_url(filename):
+            filename, source = _open_url(os.fspath(path), filename, storage_options)
+        elif storage_options is None:
+            source = open_source(filename, mode)
+        else:
+            source = open_source(filename, mode, storage_options=storage_options)
         if source.size > max_file_size:
             source.close()
             raise LimitExceeded("file size", source.size, max_file_size, path=filename)
@@ -313,3 +321,17 @@ def _parse_dtype(value: object) -> DType | None:
         return from_burnpack(value) if shaped else None
     except DTypeError:
         return None
+
+
+def _open_url(
+    given: str, filename: str, storage_options: Mapping[str, Any] | None
+) -> tuple[str, ByteSource]:
+    """Open a URL under Burn's extension rule: `filename` is `given` with ``.bpk`` added when
+    it has no extension; `given` is tried first, since only a request tells whether it
+    exists."""
+    if filename != given:
+        try:
+            return given, open_source(given, storage_options=storage_options)
+        except FileMissingError:
+            pass
+    return filename, open_source(filename, storage_options=storage_options)

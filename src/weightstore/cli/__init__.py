@@ -115,6 +115,15 @@ def _parser_for(command: str | None) -> argparse.ArgumentParser:
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="print tracebacks"
     )
+    common.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="storage_option",
+        help="for URL paths: an option of their filesystem (endpoint_url=..., anon=true); "
+        "the value is read as JSON when it parses, else as text",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS if command is None else (command,):
         _adder(name)(commands, common)

@@ -44,14 +44,14 @@ from weightstore.adapters import (
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_OK, about
 from weightstore.cli._modules import Layout, TypeRule, assign_owners, infer_owners
-from weightstore.cli._open import is_set_path
+from weightstore.cli._open import is_set_path, is_url, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
 from weightstore.paths import PathFilter
 from weightstore.snapshot import TensorSnapshot
-from weightstore.stores import Store
+from weightstore.stores import Store, StoreOptions
 
 __all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
 
@@ -123,8 +123,10 @@ def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` into ``args.dst``; prints what was written."""
     fmt = _destination_format(args.dst, args.format, _writes_set(args))
     adapter = _adapter(args)
+    storage = storage_options_of(args)
     with about(args.src):
-        source_store = Store.from_file(args.src).map_indices_contiguous(False)
+        source_store = Store.from_file(args.src, storage_options=storage)
+        source_store = source_store.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
         source = source_for(source_store)
@@ -147,6 +149,8 @@ def _streaming_reader(store: Store, args: argparse.Namespace) -> Any:
     per tensor: 2-4x the CPU time of the mapped read.)"""
     fmt = store.FORMAT
     assert fmt is not None and fmt.open_file is not None  # a store opened on SRC reads it
+    if is_url(args.src):  # read by range requests into arrays of their own: nothing mapped
+        return None
     if is_set_path(args.src):  # no release through a set: its mapped pages stay resident
         return None  # (clean file pages the kernel may drop) until the conversion ends
     options: dict[str, Any] = {}
@@ -188,32 +192,52 @@ def _write(
     store = _destination(args, fmt, adapter, metadata)
     kept = [s for s in snapshots if store.options.filter.matches(s.full_path, s.container_path)]
     total = sum(s.nbytes for s in kept)
+    if is_url(args.src):  # fetch what is written in large, concurrent batches
+        from weightstore.stores._remote_plan import plan_reads_for_load
+
+        plan_reads_for_load(kept, StoreOptions(), args.src)
     with Progress(total, args.src, quiet=args.quiet) as progress:
         counted = tuple(_counted(s, progress) for s in snapshots)
         with about(args.dst):
             written = save_into(dataclasses.replace(source, items=counted), store)
-    size = _written_size(written) if written else 0
+    size = _written_size(written, storage_options_of(args)) if written else 0
     print(f"wrote {printable(str(written))} ({fmt.name}): {plural(len(kept), 'tensor')}, "
           f"{size:,} bytes")  # fmt: skip
     return EXIT_OK
 
 
 def _writes_set(args: argparse.Namespace) -> bool:
-    """Whether DST is a sharded set: ``--max-shard-size`` given, or DST a directory."""
+    """Whether DST is a sharded set: ``--max-shard-size`` given, or DST a directory (for a
+    URL, one ending in ``/``)."""
+    if is_url(args.dst):
+        return args.max_shard_size is not None or args.dst.endswith("/")
     return args.max_shard_size is not None or os.path.isdir(args.dst)
 
 
-def _written_size(written: str) -> int:
+def _written_size(written: str, storage_options: dict[str, Any] | None) -> int:
     """Bytes a save wrote: the file's, or for a set's index every file the index names."""
+    size = _size_of_url if is_url(written) else _size_of_file
     if not written.endswith(".json"):
-        return os.path.getsize(written)
+        return size(written, storage_options)
     from weightstore.sets import read_index
 
     directory = os.path.dirname(written)
-    shards = set(read_index(written).weight_map.values())
-    return os.path.getsize(written) + sum(
-        os.path.getsize(os.path.join(directory, shard)) for shard in shards
+    index = read_index(written, storage_options=storage_options)
+    shards = set(index.weight_map.values())
+    return size(written, storage_options) + sum(
+        size(os.path.join(directory, shard), storage_options) for shard in shards
     )
+
+
+def _size_of_file(path: str, storage_options: dict[str, Any] | None) -> int:
+    return os.path.getsize(path)
+
+
+def _size_of_url(url: str, storage_options: dict[str, Any] | None) -> int:
+    from weightstore._remote import filesystem_for
+
+    fs, path = filesystem_for(url, storage_options)
+    return int(fs.size(path))
 
 
 def _destination_format(dst: str, name: str | None, writes_set: bool) -> ContainerFormat:
@@ -296,7 +320,8 @@ def _destination(
     option's error names the flag."""
     store_type = next(s for s in Store.__subclasses__() if s.FORMAT is fmt)
     with about(args.dst):
-        store = store_type.from_file(args.dst).overwrite(args.overwrite)
+        storage = storage_options_of(args)
+        store = store_type.from_file(args.dst, storage_options=storage).overwrite(args.overwrite)
     if args.max_shard_size is not None:
         with about("--max-shard-size"):
             store = store.max_shard_size(args.max_shard_size)

@@ -19,7 +19,7 @@ from typing import Any
 from weightstore._format import ContainerFormat, TensorReader
 from weightstore.cli._compare import Difference, compare_arrays, compare_bytes
 from weightstore.cli._errors import EXIT_DIFFERENT, EXIT_OK, about
-from weightstore.cli._open import honours_top_level_key, open_file
+from weightstore.cli._open import honours_top_level_key, open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import dump_json, json_number, plural, printable
 from weightstore.errors import DTypeError, InvalidOptionError
@@ -89,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     """Compare ``args.a`` with ``args.b``; 0 when equal, 1 when different."""
     if args.atol < 0 or args.rtol < 0:
         raise InvalidOptionError("--atol and --rtol cannot be negative", option="tolerance")
+    options = {"top_level_key": args.top_level_key, "storage_options": storage_options_of(args)}
     with about(args.a):
-        fmt_a, reader_a = open_file(args.a, top_level_key=args.top_level_key, strict=False)
+        fmt_a, reader_a = open_file(args.a, strict=False, **options)
     with reader_a, about(args.b):
-        fmt_b, reader_b = open_file(args.b, top_level_key=args.top_level_key, strict=False)
+        fmt_b, reader_b = open_file(args.b, strict=False, **options)
         with reader_b:
             _check_top_level_key(args.top_level_key, fmt_a, fmt_b)
             report = compare_files(args, (fmt_a, reader_a), (fmt_b, reader_b))
@@ -134,6 +135,10 @@ def compare_files(
         if info_a.dtype.name != info_b.dtype.name:  # no values to compare either
             report.dtype_changed.append((name, info_a.dtype.name, info_b.dtype.name, None))
     total = sum(a.dtype.nbytes(tuple(a.shape)) for _, a, _ in comparable)
+    for reader in (reader_a, reader_b):  # a URL's reader fetches them in large batches
+        plan = getattr(reader, "plan_reads", None)
+        if plan is not None:
+            plan([name for name, _, _ in comparable])
     with Progress(total, f"{args.a} vs {args.b}", quiet=args.quiet) as progress:
         for name, info_a, info_b in comparable:
             _record(report, name, info_a.dtype.name, info_b.dtype.name,

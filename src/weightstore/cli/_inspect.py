@@ -20,6 +20,7 @@ from weightstore.cli._errors import (
     print_error,
     report_failure,
 )
+from weightstore.cli._open import storage_options_of
 from weightstore.cli._render import json_document, render_text
 from weightstore.cli._report import FileReport, summarize
 from weightstore.cli._text import dump_json
@@ -34,7 +35,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "inspect", parents=[common], help="show files' format, metadata, objects and tensors"
     )
     parser.add_argument(
-        "paths", nargs="+", metavar="PATH", help="a file, or a sharded set (directory or index)"
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a file, or a sharded set (directory or index); local or a URL (s3://, https://)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON (a list for several)")
     parser.add_argument("--filter", metavar="REGEX", help="list only tensors whose name matches")
@@ -53,11 +57,13 @@ def run(args: argparse.Namespace) -> int:
     """List every file of ``args.paths``; the worst exit code of them all."""
     with about("--filter"):
         keep = PathFilter().with_regex(args.filter) if args.filter else None
+    storage = storage_options_of(args)
     code, documents = EXIT_OK, []
     for index, path in enumerate(args.paths):
         try:
             with about(path):
-                report = _filtered(summarize(path, top_level_key=args.top_level_key), keep)
+                summary = summarize(path, top_level_key=args.top_level_key, storage_options=storage)
+                report = _filtered(summary, keep)
         except Exception as err:
             code = max(code, report_failure(err, args.debug))
             documents.append({"path": path, "error": describe(err)[0]})

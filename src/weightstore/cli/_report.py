@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
+from weightstore.cli._open import is_dcp_checkpoint, is_set_path, is_url
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -32,7 +33,7 @@ from weightstore.errors import (
     LimitExceeded,
     UnsupportedObjectError,
 )
-from weightstore.formats import FORMATS, detect_format
+from weightstore.formats import FORMATS, detect_format, read_probe
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
@@ -113,7 +114,8 @@ class FileReport:
 def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.burnpack import BurnpackReader
 
-    with BurnpackReader.from_file(path) as pack:
+    size = _file_size(path, options)
+    with BurnpackReader.from_file(path, **_remote(path, options)) as pack:
         rows = [
             TensorRow(d.name, d.dtype, d.shape, d.nbytes, pack.data_start + d.data_offsets[0])
             for d in sorted(pack.descriptors.values(), key=lambda d: d.data_offsets)
@@ -121,7 +123,7 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
         return FileReport(
             path=path,
             format="burnpack",
-            file_size=os.path.getsize(path),
+            file_size=size,
             version=str(pack.version),
             metadata=dict(pack.metadata()),
             scalars={key: to_json(scalar.value) for key, scalar in pack.scalars.items()},
@@ -132,7 +134,8 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
 def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.safetensors import SafetensorsReader
 
-    with SafetensorsReader.from_file(path) as st:
+    size = _file_size(path, options)
+    with SafetensorsReader.from_file(path, **_remote(path, options)) as st:
         rows = [
             TensorRow(d.name, d.dtype, d.shape, d.nbytes, st.data_start + d.data_offsets[0])
             for d in st.descriptors.values()  # already in data order
@@ -140,7 +143,7 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
         return FileReport(
             path=path,
             format="safetensors",
-            file_size=os.path.getsize(path),
+            file_size=size,
             metadata=dict(st.metadata()),
             tensors=rows,
         )
@@ -150,19 +153,21 @@ def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.pytorch_reader import PytorchReader
 
     top_level_key = options.get("top_level_key")
-    with PytorchReader(path, top_level_key=top_level_key) as reader:
+    size = _file_size(path, options)
+    remote = _remote(path, options)
+    with PytorchReader(path, top_level_key=top_level_key, **remote) as reader:
         rows, broken = _pytorch_rows(reader)
         meta = reader.metadata()
         facts = ("format", "byte_order", "pickle_protocol", "format_version", "storage_alignment")
         others = reader.others()
         values = {name: to_json(reader.load_object(name)) for name in others}
-        root = reader.load_object() if top_level_key is None else _whole_file(path)
+        root = reader.load_object() if top_level_key is None else _whole_file(path, remote)
         if not isinstance(root, dict) and not rows and not broken:
             others[""], values[""] = describe_value(root), to_json(root)  # one bare object
         return FileReport(
             path=path,
             format="pytorch",
-            file_size=os.path.getsize(path),
+            file_size=size,
             metadata={key: meta[key] for key in facts if meta[key] is not None},
             tensors=rows,
             others={**others, **broken},
@@ -193,12 +198,12 @@ def _storage_place(tensor: LazyTensor) -> tuple[str | None, int | None]:
     return storage.key, tensor.dtype.nbytes((first,))
 
 
-def _whole_file(path: str) -> object:
+def _whole_file(path: str, remote: dict[str, Any]) -> object:
     """The decoded value of the whole checkpoint, for the scan when a top-level key narrowed
     the listing: globals elsewhere in the file matter as much."""
     from weightstore.pytorch_reader import PytorchReader
 
-    with PytorchReader(path) as whole:
+    with PytorchReader(path, **remote) as whole:
         return whole.load_object()
 
 
@@ -218,15 +223,62 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     """Detect the format of `path` and describe its contents without reading tensor data; a
     directory or an index file is described as a sharded set."""
     filename = os.fspath(path)
-    if os.path.isdir(filename) or _is_index_name(filename):
+    storage = options.get("storage_options")
+    if not is_url(filename) and is_dcp_checkpoint(filename):
+        return _summarize_dcp(filename)
+    if is_set_path(filename, storage):
         return _summarize_set(filename, options)
-    return SUMMARIZERS[detect_format(filename).name](filename, options)
+    return SUMMARIZERS[detect_format(filename, storage).name](filename, options)
 
 
-def _is_index_name(filename: str) -> bool:
-    from weightstore.sets._discover import is_index_name
+def _summarize_dcp(path: str) -> FileReport:
+    """A `torch.distributed.checkpoint` directory: every tensor whole (put together from its
+    chunks), its plain values as objects, and its rank files as the set's shards (a rank
+    file's tensors are its chunks); files the index does not name are listed as ignored."""
+    from weightstore.sets._dcp_index import read_dcp_index
+    from weightstore.sets._dcp_reader import open_dcp
 
-    return is_index_name(filename)
+    with open_dcp(path) as reader:
+        rows = [
+            TensorRow(name, dtype, shape, dtype.nbytes(shape))
+            for name, dtype, shape, _ in reader.tensor_infos()
+        ]
+        values = reader.values()
+        metadata: dict[str, Any] = reader.metadata()
+        index = reader.path
+    chunks: dict[str, int] = {}
+    for tensor in read_dcp_index(index).tensors.values():
+        for chunk in tensor.chunks:
+            chunks[chunk.file] = chunks.get(chunk.file, 0) + 1
+    directory = os.path.dirname(index)
+    shards = [
+        (name, os.path.getsize(os.path.join(directory, name)), count)
+        for name, count in sorted(chunks.items())
+    ]
+    others = sorted(set(os.listdir(directory)) - set(chunks) - {os.path.basename(index)})
+    return FileReport(
+        path=index,
+        format="dcp",
+        file_size=sum(size for _, size, _ in shards),
+        metadata=metadata,
+        tensors=rows,
+        others={key: describe_value(value) for key, value in values.items()},
+        other_values={key: to_json(value) for key, value in values.items()},
+        set=SetSummary(index, shards, [(n, "not named by the index") for n in others], {}, {}),
+    )
+
+
+def _remote(path: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The reader option a URL needs (its filesystem's options); none for a local file."""
+    return {"storage_options": options.get("storage_options")} if is_url(path) else {}
+
+
+def _file_size(path: str, options: dict[str, Any]) -> int:
+    """The file's size; for a URL, from the probe the reader opened next takes over (so it
+    costs no request of its own)."""
+    if is_url(path):
+        return read_probe(path, options.get("storage_options"))[1]
+    return os.path.getsize(path)
 
 
 def _summarize_set(path: str, options: dict[str, Any]) -> FileReport:

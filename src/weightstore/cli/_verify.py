@@ -33,7 +33,7 @@ from weightstore.cli._errors import (
     print_error,
 )
 from weightstore.cli._objects import Scan, scan_globals
-from weightstore.cli._open import open_file
+from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import DTypeError, WeightstoreError
@@ -115,7 +115,9 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
     verdict = Verdict(path, objects_allowed=args.allow_objects)
     try:
         with about(path):
-            fmt, reader = open_file(path, top_level_key=args.top_level_key)
+            fmt, reader = open_file(
+                path, top_level_key=args.top_level_key, storage_options=storage_options_of(args)
+            )
     except Exception as err:  # the file as a whole fails: that is the report
         verdict.problems.append(_problem(err, path))
         return verdict
@@ -124,13 +126,13 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         _read_all(reader, verdict, args.quiet)
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
-            verdict.scan = scan_globals(_whole_file(reader, path, args.top_level_key))
+            verdict.scan = scan_globals(_whole_file(reader, path, args))
         if isinstance(reader, SetReader):
-            _check_set(reader, verdict)
+            _check_set(reader, verdict, storage_options_of(args))
     return verdict
 
 
-def _check_set(reader: SetReader, verdict: Verdict) -> None:
+def _check_set(reader: SetReader, verdict: Verdict, storage_options: dict[str, Any] | None) -> None:
     """A set's own problems (tensors its index and its shards disagree on), what it left out,
     and for PyTorch shards the globals each pickle names."""
     try:
@@ -150,15 +152,15 @@ def _check_set(reader: SetReader, verdict: Verdict) -> None:
             for name in names
         ]
     if reader.format.name == "pytorch":
-        verdict.scan = _scan_shards(report.shards)
+        verdict.scan = _scan_shards(report.shards, storage_options)
 
 
-def _scan_shards(shards: tuple[str, ...]) -> Scan:
+def _scan_shards(shards: tuple[str, ...], storage_options: dict[str, Any] | None) -> Scan:
     """The suspicious globals of every shard's pickle, as one scan."""
     found: dict[str, Any] = {}
     complete = True
     for shard in shards:
-        _, opened = open_file(shard)
+        _, opened = open_file(shard, storage_options=storage_options)
         with opened:
             scan = scan_globals(opened.load_object())  # type: ignore[attr-defined]
         complete = complete and scan.complete
@@ -167,16 +169,20 @@ def _scan_shards(shards: tuple[str, ...]) -> Scan:
     return Scan(tuple(found.values()), complete)
 
 
-def _whole_file(reader: Any, path: str, top_level_key: str | None) -> object:
-    if top_level_key is None:
+def _whole_file(reader: Any, path: str, args: argparse.Namespace) -> object:
+    if args.top_level_key is None:
         return reader.load_object()
-    _, whole = open_file(path)  # the scan covers the whole file, not the selected key
+    # The scan covers the whole file, not the selected key.
+    _, whole = open_file(path, storage_options=storage_options_of(args))
     with whole:
         return whole.load_object()  # type: ignore[attr-defined]
 
 
 def _read_all(reader: TensorReader, verdict: Verdict, quiet: bool) -> None:
     names = reader.names_in_file_order()
+    plan = getattr(reader, "plan_reads", None)
+    if plan is not None:  # a URL's reader then fetches them in large, concurrent batches
+        plan(names)
     total = sum(_nbytes(reader, name) for name in names)
     with Progress(total, verdict.path, quiet=quiet) as progress:
         for name in names:

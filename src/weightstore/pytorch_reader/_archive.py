@@ -13,9 +13,17 @@ CLI opens a file.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
-from weightstore._bytesource import ByteSource, MmapSource, PreadSource, ReadMode
+from weightstore._bytesource import (
+    ByteSource,
+    MmapSource,
+    PreadSource,
+    ReadMode,
+    is_url,
+    open_source,
+)
 from weightstore._render import bounded_repr
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
 from weightstore.pytorch_reader._layout import (
@@ -50,20 +58,30 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def open_archive(path: str, limits: Limits, mode: ReadMode = "mmap") -> Loaded:
+def open_archive(
+    path: str,
+    limits: Limits,
+    mode: ReadMode = "mmap",
+    storage_options: Mapping[str, Any] | None = None,
+) -> Loaded:
     """Map `path`, detect its layout and decode its pickle; tensors stay unread. Their bytes
     will be views of the mapping (`mode` ``"mmap"``) or `os.pread` copies (``"pread"``).
+
+    A URL is read by range requests instead (`open_source`), `mode` aside: only the zip
+    layout, whose directory says where every record lies, can be read so.
 
     Raises:
         InvalidOptionError: `mode` is neither.
         UnsupportedFormatError: not a PyTorch checkpoint; the message says what it is, or
-            shows its first bytes.
+            shows its first bytes. At a URL, also a legacy, tar or plain pickle checkpoint.
         FormatError: a checkpoint whose bytes break its layout (a subclass says how).
     """
     if mode not in _READ_MODES:
         raise InvalidOptionError(
             f"read mode must be 'mmap' or 'pread', not {bounded_repr(mode)}", option="mode"
         )
+    if is_url(path):
+        return _open_remote(path, limits, storage_options)
     source = MmapSource(path)
     storage_source: ByteSource = source
     try:
@@ -76,6 +94,31 @@ def open_archive(path: str, limits: Limits, mode: ReadMode = "mmap") -> Loaded:
         raise
     # Run last, after the layout has let go of them.
     loaded.closers[:0] = [source.close, storage_source.close]
+    return loaded
+
+
+def _open_remote(url: str, limits: Limits, storage_options: Mapping[str, Any] | None) -> Loaded:
+    """`open_archive` for a URL: a zip read by ranges; every other layout refused, since its
+    pickles are parsed over the whole file (they would have to be downloaded)."""
+    source = open_source(url, storage_options=storage_options)
+    try:
+        head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
+        if head[:4] == ZIP_MAGIC:
+            loaded = load_zip(source, limits, source)
+        else:
+            what = _what_it_is(head, source.size)
+            if what is not None:
+                raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=url)
+            raise UnsupportedFormatError(
+                "is not a zip checkpoint (torch >= 1.6 writes one); a legacy, tar or plain "
+                "pickle checkpoint is read whole, so it cannot be read by range requests: "
+                "download it and open the local copy",
+                path=url,
+            )
+    except BaseException:
+        source.close()
+        raise
+    loaded.closers[:0] = [source.close]
     return loaded
 
 

@@ -115,7 +115,10 @@ class PytorchReader:
     ``PytorchReader(path, ...)`` and ``PytorchReader.from_file(path, ...)`` open the same way.
 
     Args:
-        path: the file.
+        path: the file, or a URL of a zip checkpoint (``s3://...``, ``https://...``): its
+            zip directory, ``data.pkl`` and then each storage are read by range requests
+            (docs/remote.md). Legacy (pre-1.6) and tar checkpoints are read in full by this
+            reader, so at a URL they are refused: download them first.
         top_level_key: list only the tensors under this key of the top-level dict
             (``"model_state_dict"`` in a training checkpoint); names are then relative to it.
         max_pickle_size, max_memo_size, max_stack_size, max_container_size, max_depth,
@@ -125,6 +128,7 @@ class PytorchReader:
         mode: ``"mmap"`` (default: tensors are views of the mapped file) or ``"pread"``
             (each `get` reads a fresh copy and the reader keeps none, so a pass over every
             tensor holds one at a time: a conversion of a file larger than memory).
+        storage_options: for a URL, what its filesystem is opened with.
 
     Raises:
         UnsupportedFormatError: not a PyTorch checkpoint (torch.package, a compressed file,
@@ -159,6 +163,7 @@ class PytorchReader:
         max_names_size: int = MAX_NAMES_SIZE,
         max_expanded_size: int = MAX_EXPANDED_SIZE,
         mode: ReadMode = "mmap",
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._limits = Limits(
             max_pickle_size=max_pickle_size,
@@ -175,7 +180,7 @@ class PytorchReader:
         self.path = os.fspath(path)
         self.top_level_key = top_level_key
         with collector_paused():
-            self._loaded = open_archive(self.path, self._limits, mode)
+            self._loaded = open_archive(self.path, self._limits, mode, storage_options)
             try:
                 self._object = self._select(top_level_key)
             except BaseException:
@@ -193,16 +198,17 @@ class PytorchReader:
         *,
         top_level_key: str | None = None,
         mode: ReadMode = "mmap",
+        storage_options: Mapping[str, Any] | None = None,
         **limits: int,
     ) -> PytorchReader:
         """Open `path`: the same as the constructor, in the form every weightstore reader has.
 
         Args:
             path: the file.
-            top_level_key, mode: as for the class.
+            top_level_key, mode, storage_options: as for the class.
             limits: ``max_pickle_size`` and the other resource limits of the class.
         """
-        return cls(path, top_level_key, mode=mode, **limits)
+        return cls(path, top_level_key, mode=mode, storage_options=storage_options, **limits)
 
     # -- tensors ---------------------------------------------------------------------------------
 

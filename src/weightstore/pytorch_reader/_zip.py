@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from weightstore._bytesource import ByteSource, MmapSource
+from weightstore._bytesource import ByteSource, MmapSource, SourceFile
 from weightstore._render import bounded_repr
 from weightstore.dtypes import import_on_first_use
 from weightstore.errors import (
@@ -51,11 +51,14 @@ from weightstore.pytorch_reader._rebuild import storage_from_pid
 from weightstore.pytorch_reader._tensors import StorageSource
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from weightstore.pytorch_reader import _torchscript
 else:  # its code-reading regexes are needed only for TorchScript archives
     _torchscript = import_on_first_use(
         "weightstore.pytorch_reader._torchscript", globals(), "_torchscript"
     )
+    np = import_on_first_use("numpy", globals(), "np")
 
 __all__ = [
     "ZipStorages",
@@ -66,6 +69,11 @@ __all__ = [
 ]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
+# A URL's archive is read by zipfile in chunks of this size: its directory and small records
+# sit together at the end, so they cost one request or two.
+_ARCHIVE_CHUNK_SIZE = 64 * 1024
+_EXTRA_ROOM = 128  # bytes allowed for a local header's extra field (torch's padding is < 64)
+_PAYLOAD_ALIGNMENT = 64  # torch aligns every stored payload to 64 bytes in the file
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
 _SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
 # Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
@@ -88,11 +96,16 @@ _ZIP_ERRORS = (
 )
 
 
-def load_zip(source: MmapSource, limits: Limits, storage_source: ByteSource) -> Loaded:
+def load_zip(source: ByteSource, limits: Limits, storage_source: ByteSource) -> Loaded:
     """Open the zip layout: records and ``data.pkl`` read, storages located, none read (they
-    are read from `storage_source`, see `ZipStorages`)."""
+    are read from `storage_source`, see `ZipStorages`). A mapped file is opened by zipfile
+    by its path; any other source (a URL's) through a `SourceFile`, whose chunks make the
+    directory at the end and the small records beside it one read each."""
     try:
-        archive = zipfile.ZipFile(source.name)
+        if isinstance(source, MmapSource):
+            archive = zipfile.ZipFile(source.name)
+        else:
+            archive = zipfile.ZipFile(SourceFile(source, _ARCHIVE_CHUNK_SIZE))
     except _ZIP_ERRORS as err:
         raise ArchiveError(f"damaged zip archive: {clip(str(err))}", path=source.name) from err
     try:
@@ -103,9 +116,9 @@ def load_zip(source: MmapSource, limits: Limits, storage_source: ByteSource) -> 
 
 
 def _read_zip(
-    source: MmapSource, archive: zipfile.ZipFile, limits: Limits, storage_source: ByteSource
+    source: ByteSource, archive: zipfile.ZipFile, limits: Limits, storage_source: ByteSource
 ) -> Loaded:
-    path = source.name
+    path = str(source.name)  # a file's path or a URL: sources of archives always have one
     names = {info.filename: info for info in archive.infolist()}
     prefix = _zip_prefix(list(names), path)
     records = _ZipRecords(source, archive, names, prefix, path)
@@ -193,7 +206,7 @@ class _ZipRecords:
 
     def __init__(
         self,
-        source: MmapSource,
+        source: ByteSource,
         archive: zipfile.ZipFile,
         names: dict[str, zipfile.ZipInfo],
         prefix: str,
@@ -224,13 +237,14 @@ class ZipStorages(StorageSource):
 
     When `storage_source` is the mapped file, a stored entry is a view of it and both kinds
     are cached, so tensors sharing a storage read it once, until `close` drops the cache.
-    Otherwise (a pread source) every read is a fresh copy and nothing is cached: a pass over
-    the tensors then holds one storage at a time, whatever the file's size.
+    Otherwise (a pread source, a URL's) every read is a fresh copy and nothing is cached: a
+    pass over the tensors then holds one storage at a time, whatever the file's size. At a
+    URL a stored entry's local header and bytes come in one request (`_read_remote`).
     """
 
     def __init__(
         self,
-        source: MmapSource,
+        source: ByteSource,
         archive: zipfile.ZipFile,
         names: dict[str, zipfile.ZipInfo],
         prefix: str,
@@ -243,7 +257,7 @@ class ZipStorages(StorageSource):
         self._source, self._archive, self._limits = source, archive, limits
         self._byte_order = byte_order
         self._storage_source = storage_source
-        self._caching = storage_source is source
+        self._caching = storage_source is source and isinstance(source, MmapSource)
         self._cache: dict[str, memoryview] = {}
         self._closed = False
 
@@ -285,7 +299,9 @@ class ZipStorages(StorageSource):
         are lost (the mapping is copy-on-write). A no-op for compressed entries, for a pread
         source, for an entry not read yet, and where the platform has no `madvise`."""
         info = self._entries.get(key)
-        mapping = self._source.mapping if self._caching and key in self._cache else None
+        source = self._source
+        cached = self._caching and key in self._cache
+        mapping = source.mapping if cached and isinstance(source, MmapSource) else None
         if info is None or not isinstance(mapping, mmap.mmap) or not _CAN_RELEASE:
             return
         if info.compress_type != zipfile.ZIP_STORED:  # inflated: a buffer of its own
@@ -307,8 +323,10 @@ class ZipStorages(StorageSource):
                 raise ArchiveError(
                     "a stored entry whose sizes differ", entry=info.filename, path=self.path
                 )
-            offset = self._payload_offset(info)
             what = f"entry {info.filename}"
+            if hasattr(self._storage_source, "read_into"):
+                return self._read_remote(info, what, tensor)
+            offset = self._payload_offset(info)
             return self._storage_source.read(offset, info.file_size, what, tensor)
         if info.file_size > self._limits.max_inflated_size:
             raise LimitExceeded(
@@ -319,6 +337,31 @@ class ZipStorages(StorageSource):
                 tensor=tensor,
             )
         return memoryview(self._inflate(info))
+
+    def _read_remote(self, info: zipfile.ZipInfo, what: str, tensor: str | None) -> memoryview:
+        """A stored entry of a remote source: its local header and payload in one request,
+        with room for the header's extra field (torch pads it to align the payload to 64
+        bytes), into a buffer placed so that an aligned payload lands aligned."""
+        source = self._storage_source
+        start = info.header_offset
+        guess = ZIP_LOCAL_HEADER_SIZE + len(info.orig_filename.encode()) + _EXTRA_ROOM
+        span = min(guess + info.file_size, source.size - start)
+        buffer = np.empty(span + _PAYLOAD_ALIGNMENT, np.uint8)
+        shift = (start - buffer.ctypes.data) % _PAYLOAD_ALIGNMENT
+        block = buffer[shift : shift + span]
+        source.read_into(start, block, what, tensor)  # type: ignore[attr-defined]
+        signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(
+            block[:ZIP_LOCAL_HEADER_SIZE].tobytes()
+        )
+        if signature != ZIP_MAGIC:
+            raise ArchiveError(
+                "local header has a bad signature", entry=info.filename, path=self.path
+            )
+        payload = ZIP_LOCAL_HEADER_SIZE + name_size + extra_size
+        if payload + info.file_size > span:  # an extra field larger than any torch writes
+            return source.read(start + payload, info.file_size, what, tensor)
+        data: memoryview = block[payload : payload + info.file_size].data
+        return data
 
     def _payload_offset(self, info: zipfile.ZipInfo) -> int:
         return payload_offset(self._source, info, self.path)
@@ -341,7 +384,7 @@ class ZipStorages(StorageSource):
         return buffer
 
 
-def payload_offset(source: MmapSource, info: zipfile.ZipInfo, path: str | None) -> int:
+def payload_offset(source: ByteSource, info: zipfile.ZipInfo, path: str | None) -> int:
     """Where an entry's (compressed) bytes start: after its local header, name and extra."""
     header = source.read(
         info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
@@ -352,7 +395,7 @@ def payload_offset(source: MmapSource, info: zipfile.ZipInfo, path: str | None) 
     return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
 
 
-def validate_lzma_dictionary(source: MmapSource, info: zipfile.ZipInfo, path: str | None) -> None:
+def validate_lzma_dictionary(source: ByteSource, info: zipfile.ZipInfo, path: str | None) -> None:
     """Refuse an LZMA entry whose declared dictionary is over `MAX_LZMA_DICTIONARY_SIZE`,
     before the decompressor allocates it (it would, even for a 1-byte entry)."""
     if info.compress_type != zipfile.ZIP_LZMA:

@@ -96,16 +96,22 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         *,
         mode: ReadMode = "mmap",
         max_header_size: int = MAX_HEADER_SIZE,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> SafetensorsReader:
         """Open a file.
 
         Args:
-            path: the file.
+            path: the file, or a URL (read by range requests; docs/remote.md).
             mode: ``"mmap"`` (default, zero-copy views) or ``"pread"`` (a read per tensor, for
                 filesystems where mmap misbehaves).
             max_header_size: refuse larger JSON headers before reading them.
+            storage_options: for a URL, what its filesystem is opened with.
         """
-        return cls._from_source(open_source(path, mode), max_header_size=max_header_size)
+        if storage_options is None:
+            source = open_source(path, mode)
+        else:
+            source = open_source(path, mode, storage_options=storage_options)
+        return cls._from_source(source, max_header_size=max_header_size)
 
     # -- header ---------------------------------------------------------------------------------
 

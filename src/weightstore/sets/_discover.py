@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from weightstore._record import Record
 from weightstore.errors import SetError, UnsupportedFormatError
@@ -117,7 +118,11 @@ def is_index_name(path: str | os.PathLike[str]) -> bool:
 
 
 def find_set(
-    path: str | os.PathLike[str], format_name: str | None = None, *, variant: str | None = None
+    path: str | os.PathLike[str],
+    format_name: str | None = None,
+    *,
+    variant: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> SetLocation:
     """The set at `path`, a directory or an index file.
 
@@ -126,6 +131,8 @@ def find_set(
         format_name: only this format's set (``"safetensors"``); None: the first format in
             `LAYOUTS` order that has one.
         variant: the variant to read (``"fp16"``); None: the plain set, or the only variant.
+        storage_options: for a URL (a folder on an object store is a prefix, listed once),
+            what its filesystem is opened with.
 
     Raises:
         SetError: the directory holds no set (the message lists what was looked for), or
@@ -134,18 +141,20 @@ def find_set(
             format's set; `found` names that format.
     """
     filename = os.fspath(path)
+    match = INDEX_NAME.fullmatch(os.path.basename(filename))
+    if _is_url(filename) and match is None:  # a folder: whether it is one costs a listing
+        return _find_in_directory(filename.rstrip("/"), format_name, variant, storage_options)
     if os.path.isdir(filename):
         return _find_in_directory(filename, format_name, variant)
-    match = INDEX_NAME.fullmatch(os.path.basename(filename))
     if match is None:
         raise SetError("is neither a directory nor an index (*.index.json)", path=filename)
-    return _index_location(filename, match)
+    return _index_location(filename, match, storage_options)
 
 
-def formats_in(directory: str) -> list[str]:
+def formats_in(directory: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """The formats whose sets (an index or a single file, of any variant) `directory` holds,
     in `LAYOUTS` order; reads names only."""
-    files = _files_in(directory)
+    files = _files_in(directory, storage_options)
     return [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
 
 
@@ -165,7 +174,9 @@ def needs_warning(why: str) -> bool:
     return why in _WARNED
 
 
-def _index_location(filename: str, match: re.Match[str]) -> SetLocation:
+def _index_location(
+    filename: str, match: re.Match[str], storage_options: Mapping[str, Any] | None = None
+) -> SetLocation:
     """An index opened by its path: its layout from its own name, its format from its shards
     once read (`layout` is None when the name's extension names no set layout)."""
     directory = os.path.dirname(filename) or "."
@@ -174,13 +185,18 @@ def _index_location(filename: str, match: re.Match[str]) -> SetLocation:
     if layout is None:
         return SetLocation(directory, None, variant, filename, None, (), ())
     layout = SetLayout(layout.format_name, stem, extension)
-    files = _files_in(directory)
+    files = _files_in(directory, storage_options)
     shards = tuple(name for name in files if _is_shard(name, layout, variant))
     return SetLocation(directory, layout, variant, filename, None, (), shards)
 
 
-def _find_in_directory(directory: str, format_name: str | None, variant: str | None) -> SetLocation:
-    files = _files_in(directory)
+def _find_in_directory(
+    directory: str,
+    format_name: str | None,
+    variant: str | None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> SetLocation:
+    files = _files_in(directory, storage_options)
     layouts = LAYOUTS if format_name is None else (_layout_named(format_name, directory),)
     for layout in layouts:
         location = _find_in(directory, files, layout, variant)
@@ -358,10 +374,25 @@ def _other_layouts_files(
     return ignored
 
 
-def _files_in(directory: str) -> list[str]:
-    """The names of the files (or symlinks to files) in `directory`, sorted."""
+def _files_in(directory: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The names of the files (or symlinks to files) in `directory`, sorted. For a URL, the
+    objects directly under its prefix (one listing; none where the store cannot list, as
+    plain HTTP servers cannot: open a set there by its index's URL)."""
+    if _is_url(directory):
+        from weightstore._remote_write import list_names
+
+        return sorted(list_names(directory, storage_options) or [])
     try:
         with os.scandir(directory) as entries:
             return sorted(entry.name for entry in entries if entry.is_file())
     except FileNotFoundError:
         return []
+
+
+def _is_url(path: str) -> bool:
+    """`weightstore._remote.is_url`, loaded only for paths that could be one."""
+    if "://" not in path:
+        return False
+    from weightstore._bytesource import is_url
+
+    return is_url(path)

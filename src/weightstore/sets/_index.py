@@ -23,9 +23,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
-from weightstore._bytesource import open_readable
+from weightstore._bytesource import is_url, open_readable, open_source
 from weightstore._record import Record
 from weightstore._render import bounded_repr
 from weightstore.errors import LimitExceeded, SetError
@@ -94,13 +94,20 @@ class SetIndex(Record):
         return sorted(set(self.weight_map.values()))
 
 
-def read_index(path: str | os.PathLike[str], *, max_index_size: int = MAX_INDEX_SIZE) -> SetIndex:
+def read_index(
+    path: str | os.PathLike[str],
+    *,
+    max_index_size: int = MAX_INDEX_SIZE,
+    storage_options: Mapping[str, Any] | None = None,
+) -> SetIndex:
     """Read and check the index at `path`.
 
     Args:
-        path: the index file.
+        path: the index file, or its URL (its size is checked before the rest is read: one
+            request, two for an index over 64 KiB).
         max_index_size: refuse a larger file before reading it; raise it only for indexes you
             trust.
+        storage_options: for a URL, what its filesystem is opened with.
 
     Raises:
         LimitExceeded: the file is over `max_index_size` bytes.
@@ -108,6 +115,14 @@ def read_index(path: str | os.PathLike[str], *, max_index_size: int = MAX_INDEX_
         FileMissingError: there is no file at `path`.
     """
     filename = os.fspath(path)
+    if "://" in filename and is_url(filename):
+        source = open_source(filename, storage_options=storage_options)
+        try:
+            if source.size > max_index_size:
+                raise LimitExceeded("index size", source.size, max_index_size, path=filename)
+            return parse_index(bytes(source.read(0, source.size, "the index")), filename)
+        finally:
+            source.close()
     with open_readable(filename) as file:
         size = os.fstat(file.fileno()).st_size
         if size > max_index_size:
@@ -191,7 +206,9 @@ def _refusal(shard: str) -> str | None:
     return None
 
 
-def locate_shards(index: SetIndex) -> dict[str, str]:
+def locate_shards(
+    index: SetIndex, storage_options: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """The path of every shard the index names, each checked to be a file on disk that stays
     inside the index's directory once symlinks are resolved. One stat per shard: cheap, and a
     set with a shard missing fails at open, not halfway through a load.
@@ -200,18 +217,47 @@ def locate_shards(index: SetIndex) -> dict[str, str]:
     (``models--<org>--<name>/snapshots/<revision>/``) every file is a symlink into the
     repository's ``blobs/``, so that folder counts as inside too.
 
+    An index at a URL has no symlinks to follow (`validate_shard_name` already keeps every
+    name inside its folder); its shards are checked against one listing of the folder, where
+    the store can list (not over plain HTTP: a missing shard then fails when opened).
+
     Raises:
         SetError: a shard is missing, not a file, or resolves outside; names index and shard.
     """
-    roots = _confinement_roots(index.directory)
     first_tensor: dict[str, str] = {}
     for name, shard in index.weight_map.items():
         first_tensor.setdefault(shard, name)
+    if "://" in index.path and is_url(index.path):
+        return _locate_remote(index, first_tensor, storage_options)
+    roots = _confinement_roots(index.directory)
     located = {}
     for shard in sorted(first_tensor):
         path = os.path.join(index.directory, shard)
         _check_shard_file(index, shard, path, roots, first_tensor[shard])
         located[shard] = path
+    return located
+
+
+def _locate_remote(
+    index: SetIndex, first_tensor: dict[str, str], storage_options: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """`locate_shards` for an index at a URL."""
+    from weightstore._remote_write import list_names
+
+    listed = list_names(index.directory, storage_options)
+    if listed is not None and os.path.basename(index.path) not in listed:
+        listed = None  # a listing without the index itself: the store cannot list (HTTP)
+    located = {}
+    for shard in sorted(first_tensor):
+        if listed is not None and "/" not in shard and shard not in listed:
+            raise SetError(
+                f"shard {bounded_repr(shard, limit=_NAMES_SHOWN)} named by the index does not "
+                "exist; the set is incomplete (an upload stopped early?)",
+                path=index.path,
+                tensor=first_tensor[shard],
+                shard=shard,
+            )
+        located[shard] = f"{index.directory}/{shard}"
     return located
 
 

@@ -140,7 +140,8 @@ def open_set(
         variant: the variant to read (``"fp16"``); None: the plain set, or the only one.
         max_index_size: refuse a larger index before reading it.
         reader_options: passed to each shard's reader (``mode="pread"``, limits,
-            ``top_level_key``).
+            ``top_level_key``; ``storage_options`` for a set at a URL, also used to list its
+            folder and read its index).
 
     Raises:
         SetError: no set there, a bad index (`read_index`), a shard missing from disk or
@@ -151,37 +152,45 @@ def open_set(
         >>> with open_set("Llama-3-8B/") as reader:  # doctest: +SKIP
         ...     embed = reader.get_slice("model.embed_tokens.weight")[:1000]
     """
-    location = find_set(path, format_name, variant=variant)
+    storage = reader_options.get("storage_options")
+    location = find_set(path, format_name, variant=variant, storage_options=storage)
     if location.index_path is None:
         files = _single_file_set(location, reader_options)
     else:
-        index = read_index(location.index_path, max_index_size=max_index_size)
+        index = read_index(
+            location.index_path, max_index_size=max_index_size, storage_options=storage
+        )
         files = _indexed_set(location, index, format_name, reader_options)
     _warn_about(files.path, [entry for entry in files.ignored if needs_warning(entry[1])])
     return SetReader(files)
 
 
-def set_format_of(path: str | os.PathLike[str]) -> ContainerFormat:
-    """The format of the set at `path` (a directory or an index), opening no shard.
+def set_format_of(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> ContainerFormat:
+    """The format of the set at `path` (a directory or an index, local or a URL), opening no
+    shard.
 
     Raises:
         SetError: as `open_set`.
     """
     from weightstore.formats import format_named
 
-    location = find_set(path)
+    location = find_set(path, storage_options=storage_options)
     if location.index_path is None:
         assert location.layout is not None
         return format_named(location.layout.format_name)
-    index = read_index(location.index_path)
-    return _format_of(location, index, locate_shards(index), None)
+    index = read_index(location.index_path, storage_options=storage_options)
+    shard_paths = locate_shards(index, storage_options)
+    return _format_of(location, index, shard_paths, None, storage_options)
 
 
 def _indexed_set(
     location: SetLocation, index: SetIndex, format_name: str | None, options: dict[str, Any]
 ) -> _SetFiles:
-    shard_paths = locate_shards(index)
-    fmt = _format_of(location, index, shard_paths, format_name)
+    storage = options.get("storage_options")
+    shard_paths = locate_shards(index, storage)
+    fmt = _format_of(location, index, shard_paths, format_name, storage)
     weight_map = {name: shard_paths[shard] for name, shard in index.weight_map.items()}
     ignored = (*location.ignored, *stray_shards(location, set(shard_paths)))
     return _SetFiles(
@@ -211,6 +220,7 @@ def _format_of(
     index: SetIndex,
     shard_paths: Mapping[str, str],
     format_name: str | None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ContainerFormat:
     """The shards' format: the one their extension names, else the first shard's bytes (an
     index names its shards, so they, not the index's own name, say what the set is)."""
@@ -219,7 +229,7 @@ def _format_of(
     extensions = {os.path.splitext(shard)[1].lower() for shard in shard_paths}
     fmt = format_for_name(f"shard{extensions.pop()}") if len(extensions) == 1 else None
     if fmt is None and shard_paths:
-        fmt = detect_format(shard_paths[min(shard_paths)])
+        fmt = detect_format(shard_paths[min(shard_paths)], storage_options)
     if fmt is None:  # an index of no tensors: the name it was found by is all there is
         known = format_name or (location.layout.format_name if location.layout else None)
         if known is None:
@@ -271,6 +281,20 @@ class SetReader:
             self._assigned.setdefault(shard, set()).add(name)
         self._readers: dict[str, TensorReader] = {}  # shard path -> its reader, once opened
         self._present: dict[str, set[str]] = {}  # shard path -> selected tensors it holds
+        self._planned: dict[str, list[str]] = {}  # shard path -> tensors a load will read
+
+    def plan_reads(self, names: Iterable[str]) -> None:
+        """Announce that `names` will be read whole: each shard's reader is told its own when
+        it opens (or now, if open), so remote shards fetch them in merged batches."""
+        weight_map = self._files.weight_map
+        planned: dict[str, list[str]] = {}
+        for name in names:
+            shard = weight_map.get(name)
+            if shard is not None:
+                planned.setdefault(shard, []).append(name)
+        self._planned = planned
+        for shard, reader in self._readers.items():
+            _plan_shard(reader, planned.get(shard, []))
 
     # -- the set -------------------------------------------------------------------------------
 
@@ -419,6 +443,8 @@ class SetReader:
                 reader.close()
                 raise
             self._readers[shard] = reader
+            if shard in self._planned:
+                _plan_shard(reader, self._planned[shard])
         return reader
 
     def _check(self, shard: str, reader: TensorReader) -> set[str]:
@@ -448,6 +474,12 @@ class SetReader:
         return assigned & held
 
 
+def _plan_shard(reader: TensorReader, names: list[str]) -> None:
+    plan = getattr(reader, "plan_reads", None)
+    if plan is not None:
+        plan(names)
+
+
 def _open_shard(
     fmt: ContainerFormat, path: str, options: dict[str, Any], index_path: str | None
 ) -> TensorReader:
@@ -455,15 +487,20 @@ def _open_shard(
     try:
         return fmt.open_file(path, **options)
     except Exception:
-        _refuse_foreign_shard(fmt, path, index_path)
+        _refuse_foreign_shard(fmt, path, index_path, options.get("storage_options"))
         raise
 
 
-def _refuse_foreign_shard(fmt: ContainerFormat, path: str, index_path: str | None) -> None:
+def _refuse_foreign_shard(
+    fmt: ContainerFormat,
+    path: str,
+    index_path: str | None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     from weightstore.formats import FORMATS, read_probe
 
     try:
-        head, size = read_probe(path)
+        head, size = read_probe(path, storage_options)
     except OSError:
         return  # the reader's own error says what is wrong with the file
     if fmt.sniff(head, size):

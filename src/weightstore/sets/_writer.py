@@ -29,6 +29,12 @@ new shard when the next tensor would take the current one past the limit, and a 
 limit alone in a shard of its own (placed, as there, before the shard being filled). Sizes come
 from dtype and shape: planning reads no data.
 
+The directory may be a URL (``s3://bucket/prefix``): a folder of objects on a store with no
+rename. The steps are the same, with a completed upload where the disk has a rename
+(`weightstore._remote_write`: an object appears whole or not at all), one listing where the
+disk is asked name by name, deletes in bulk, and at the plan the incomplete uploads of killed
+saves aborted as their scratch files are removed on disk.
+
 One writer per set at a time: two saves racing into one directory can remove each other's
 uncommitted shards. A reader holding the old index open while a save cleans up may find its
 shards gone; it then fails loudly (missing file), never with a mix.
@@ -38,8 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
+import posixpath
 import re
 import secrets
 import stat
@@ -50,6 +58,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 # its destination's scratch files, applied here to every file of the set.
 from weightstore._atomic import _remove_stale_scratch, write_all, write_atomic
 from weightstore._record import ValueRecord
+from weightstore._remote import is_url
 from weightstore.errors import (
     DestinationExistsError,
     EntryError,
@@ -138,11 +147,11 @@ class SetPlan(ValueRecord):
     @property
     def index_path(self) -> str:
         """Where the index goes (and, for an unsharded set, the old index that is removed)."""
-        return os.path.join(self.directory, self.layout.index_name(self.variant))
+        return _join(self.directory, self.layout.index_name(self.variant))
 
     def shard_path(self, number: int) -> str:
         """The path of shard `number` (1-based)."""
-        return os.path.join(self.directory, self.shard_names[number - 1])
+        return _join(self.directory, self.shard_names[number - 1])
 
 
 def _rebuilt_plan(
@@ -195,17 +204,19 @@ def plan_set(
     variant: str | None = None,
     overwrite: bool,
     durable: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> SetPlan:
     """Prepare a save of `count` shards into `directory` (created if missing): remove leftovers
     of killed saves, then pick a fresh set id and names no file in the directory has.
 
     Args:
-        directory: the set's directory.
+        directory: the set's directory, or a URL (``s3://bucket/prefix``): a folder of objects.
         layout: the format's naming (`weightstore.sets.layout_for`).
         count: shards to write; 1 makes the set the single unsharded file.
         variant: a variant such as ``"fp16"`` (letters, digits, underscores).
         overwrite: replace an existing set or single file of this layout and variant.
         durable: fsync the parent directory when this creates `directory`.
+        storage_options: for a URL, passed to its filesystem (``{"endpoint_url": ...}``).
 
     Raises:
         DestinationExistsError: a committed index or single file is there and `overwrite` is
@@ -220,17 +231,22 @@ def plan_set(
     except ValueError as err:
         raise InvalidOptionError(str(err), option="variant") from None
     path = os.fspath(directory)
-    _make_directory(path, durable)
-    committed = _committed_names(os.path.join(path, index))
+    if is_url(path):  # object stores have no directories: a prefix exists with its objects
+        _prepare_folder(path, layout, variant, storage_options)
+    else:
+        _make_directory(path, durable)
+    committed = _committed_names(_join(path, index), storage_options)
     if not overwrite:
         for name in (index, single):
-            if os.path.lexists(os.path.join(path, name)):
-                raise DestinationExistsError(os.path.join(path, name))
-    _remove_unnamed(path, layout, variant, committed, remove_single=False)
+            if _exists(_join(path, name), storage_options):
+                raise DestinationExistsError(_join(path, name))
+    left = _remove_unnamed(
+        path, layout, variant, committed, remove_single=False, storage_options=storage_options
+    )
     reserved = frozenset() if committed is None else committed
     while True:  # a second pass only when a tagged name is taken: 1 in 4 billion
         set_id = secrets.token_hex(SET_ID_HEX_LEN // 2)
-        names = _fresh_names(path, layout, count, variant, set_id, reserved)
+        names = _fresh_names(path, layout, count, variant, set_id, reserved, left, storage_options)
         if names is not None:
             return SetPlan(path, layout, variant, set_id, names)
 
@@ -243,13 +259,14 @@ def write_shard(
     *,
     metadata: Mapping[str, str],
     durable: bool,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """Write shard `number` (1-based) of `plan` atomically, one tensor pulled at a time.
 
     Its metadata is `metadata` plus the set id (a ``total_size`` or set id in `metadata`
     describes another set and is dropped). A shard's name is new to the directory (`plan_set`),
     so it is never replaced; the single file of an unsharded set replaces the old one
-    atomically, which is that set's commit.
+    atomically, which is that set's commit. `storage_options` are as for `plan_set`.
 
     Returns:
         Bytes of each tensor written, by name.
@@ -260,7 +277,7 @@ def write_shard(
         SaveFailedError: the disk is full, ...; no part of the shard is left.
     """
     writer = _shard_writer(plan, entries, fmt, metadata)
-    _write_planned(plan, number, writer, durable)
+    _write_planned(plan, number, writer, durable, storage_options)
     return {entry.name: entry.nbytes for entry in entries}
 
 
@@ -271,10 +288,11 @@ def commit_set(
     *,
     total_size: int,
     durable: bool,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> str:
-    """Commit the shards of `plan`: replace the index by an atomic rename, then remove what it
-    superseded. For an unsharded plan (whose single file, written last, is already the commit)
-    remove the old index, then old shards.
+    """Commit the shards of `plan`: replace the index by an atomic rename (at a URL, by
+    completing its upload), then remove what it superseded. For an unsharded plan (whose
+    single file, written last, is already the commit) remove the old index, then old shards.
 
     Args:
         plan: the plan the shards were written under, all of them written.
@@ -283,6 +301,7 @@ def commit_set(
             id (those two keys in `metadata` describe another set and are dropped).
         total_size: bytes of tensor data in the set.
         durable: fsync the index and directory before anything is removed.
+        storage_options: as for `plan_set`.
 
     Returns:
         The index path, or the single file's path for an unsharded set.
@@ -296,14 +315,23 @@ def commit_set(
     unknown = set(weight_map.values()).difference(plan.shard_names)
     if unknown:
         raise EntryError(f"the weight map names {sorted(unknown)[0]!r}, not a shard of this save")
+    layout, variant, options = plan.layout, plan.variant, storage_options
     if plan.single:
-        _remove_old_index(plan.index_path, durable)
-        _remove_unnamed(directory, plan.layout, plan.variant, frozenset(), remove_single=False)
+        _remove_old_index(plan.index_path, durable, options)
+        _remove_unnamed(
+            directory, layout, variant, frozenset(), remove_single=False, storage_options=options
+        )
         return plan.shard_path(1)
     index = _index_json(plan, weight_map, metadata, total_size)
-    write_atomic(plan.index_path, _write_bytes(index), overwrite=True, durable=durable)
+    write_atomic(
+        plan.index_path,
+        _write_bytes(index),
+        overwrite=True,
+        durable=durable,
+        storage_options=options,
+    )
     named = frozenset(plan.shard_names)
-    _remove_unnamed(directory, plan.layout, plan.variant, named, remove_single=True)
+    _remove_unnamed(directory, layout, variant, named, remove_single=True, storage_options=options)
     return plan.index_path
 
 
@@ -318,6 +346,7 @@ def write_set(
     overwrite: bool,
     durable: bool,
     variant: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Save `entries` as a set in `directory`, in one process: plan, write each shard, commit.
 
@@ -325,7 +354,7 @@ def write_set(
     refused with nothing written; a save that fails after that removes the shards it wrote.
 
     Args:
-        directory: the set's directory, created if missing.
+        directory: the set's directory, created if missing, or a URL (`plan_set`).
         layout: the format's naming (`weightstore.sets.layout_for`).
         fmt: the shards' container format (its `writer`).
         entries: the tensors, each's data pulled once, one at a time.
@@ -334,6 +363,7 @@ def write_set(
         overwrite: replace an existing set or single file.
         durable: fsync shards, index and directory (`weightstore._atomic`).
         variant: a variant such as ``"fp16"``.
+        storage_options: for a URL, passed to its filesystem (``{"endpoint_url": ...}``).
 
     Returns:
         The index path, or the single file's when everything fits in one shard.
@@ -352,26 +382,38 @@ def write_set(
     given = list(entries)
     _refuse_duplicates(given)
     shards = plan_shards(given, max_shard_size)
+    options = storage_options
     plan = plan_set(
-        directory, layout, len(shards), variant=variant, overwrite=overwrite, durable=durable
+        directory,
+        layout,
+        len(shards),
+        variant=variant,
+        overwrite=overwrite,
+        durable=durable,
+        storage_options=options,
     )
     writers = [_shard_writer(plan, shard, fmt, metadata) for shard in shards]
     written: list[str] = []
     try:
         for number, writer in enumerate(writers, 1):
-            _write_planned(plan, number, writer, durable)
-            written.append(plan.shard_path(number))
+            _write_planned(plan, number, writer, durable, options)
+            written.append(plan.shard_names[number - 1])
         weight_map = {e.name: plan.shard_names[n] for n, shard in enumerate(shards) for e in shard}
         total_size = sum(entry.nbytes for entry in given)
-        return commit_set(plan, weight_map, metadata, total_size=total_size, durable=durable)
+        return commit_set(
+            plan,
+            weight_map,
+            metadata,
+            total_size=total_size,
+            durable=durable,
+            storage_options=options,
+        )
     except BaseException:
         # Uncommitted shards go. A single file written is already committed, and so are shards
         # the index names (its directory's fsync can fail after the rename).
-        committed = _committed_names(plan.index_path) or frozenset()
+        committed = _committed_names(plan.index_path, options) or frozenset()
         if not plan.single and committed.isdisjoint(plan.shard_names):
-            for path in written:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            _remove_names(plan.directory, written, options)
         raise
 
 
@@ -391,6 +433,20 @@ def _make_directory(path: str, durable: bool) -> None:
         _fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
+def _join(directory: str, name: str) -> str:
+    """The path of `name` in `directory`; URLs join with ``/`` whatever the platform."""
+    return posixpath.join(directory, name) if is_url(directory) else os.path.join(directory, name)
+
+
+def _exists(path: str, storage_options: Mapping[str, Any] | None) -> bool:
+    """Whether a file (or a link, or an object) is at `path`."""
+    if is_url(path):
+        from weightstore._remote_write import exists
+
+        return exists(path, storage_options)
+    return os.path.lexists(path)
+
+
 def _fresh_names(
     directory: str,
     layout: SetLayout,
@@ -398,8 +454,11 @@ def _fresh_names(
     variant: str | None,
     set_id: str,
     reserved: frozenset[str],
+    present: frozenset[str] | None,
+    storage_options: Mapping[str, Any] | None,
 ) -> tuple[str, ...] | None:
-    """Plain names if no file has them, else names tagged with the set id, else None.
+    """Plain names if no file has them, else names tagged with the set id, else None. A file
+    is looked for in `present` (a folder of objects, listed once) or else asked for by name.
 
     An unsharded set is its single file, which it replaces atomically; only when the committed
     index itself names that file (a foreign index may) does the set become one tagged shard.
@@ -410,18 +469,32 @@ def _fresh_names(
     tag = set_id[:TAG_HEX_LEN]
     for chosen in (None, tag):
         names = tuple(layout.shard_name(n, count, variant, chosen) for n in range(1, count + 1))
-        if not any(os.path.lexists(os.path.join(directory, name)) for name in names):
+        if present is not None:
+            taken = not present.isdisjoint(names)
+        else:
+            taken = any(_exists(_join(directory, name), storage_options) for name in names)
+        if not taken:
             return names
     return None
 
 
-def _committed_names(index_path: str) -> frozenset[str] | None:
+def _committed_names(
+    index_path: str, storage_options: Mapping[str, Any] | None
+) -> frozenset[str] | None:
     """The file names the committed index at `index_path` holds: empty when there is no index,
     None when it cannot be read as an index (then nothing it might name is removed before the
     save, and the new names avoid every file in the directory anyway)."""
     try:
-        with open(index_path, "rb") as file:
-            text = file.read(MAX_COMMITTED_INDEX_SIZE + 1)
+        if is_url(index_path):
+            from weightstore._remote_write import read_head
+
+            head = read_head(index_path, MAX_COMMITTED_INDEX_SIZE + 1, storage_options)
+            if head is None:
+                return frozenset()
+            text = head
+        else:
+            with open(index_path, "rb") as file:
+                text = file.read(MAX_COMMITTED_INDEX_SIZE + 1)
     except FileNotFoundError:
         return frozenset()
     except OSError:
@@ -460,9 +533,21 @@ def _shard_writer(
     return writer
 
 
-def _write_planned(plan: SetPlan, number: int, writer: ContainerWriter, durable: bool) -> None:
+def _write_planned(
+    plan: SetPlan,
+    number: int,
+    writer: ContainerWriter,
+    durable: bool,
+    storage_options: Mapping[str, Any] | None,
+) -> None:
     # Shards never replace a file (their names are fresh); the single file replaces the old one.
-    write_atomic(plan.shard_path(number), writer.write_to, overwrite=plan.single, durable=durable)
+    write_atomic(
+        plan.shard_path(number),
+        writer.write_to,
+        overwrite=plan.single,
+        durable=durable,
+        storage_options=storage_options,
+    )
 
 
 def _index_json(
@@ -485,9 +570,16 @@ def _write_bytes(data: bytes) -> Callable[[BinaryIO], None]:
 # -- cleaning up ----------------------------------------------------------------------------------
 
 
-def _remove_old_index(index_path: str, durable: bool) -> None:
+def _remove_old_index(
+    index_path: str, durable: bool, storage_options: Mapping[str, Any] | None
+) -> None:
     """Remove the index an unsharded save supersedes; made durable before any old shard goes,
     so no crash leaves an index naming shards that are gone."""
+    if is_url(index_path):  # a deleted object is gone for every reader at once
+        from weightstore._remote_write import delete
+
+        delete(index_path, storage_options)
+        return
     try:
         os.unlink(index_path)
     except FileNotFoundError:
@@ -505,31 +597,120 @@ def _remove_unnamed(
     named: frozenset[str] | None,
     *,
     remove_single: bool,
-) -> None:
+    storage_options: Mapping[str, Any] | None = None,
+) -> frozenset[str] | None:
     """Remove this layout's and variant's shards that `named` lacks (none when `named` is None:
     the committed names are unknown), the single file when `remove_single`, and the scratch
     files killed saves of any of the set's files left. Housekeeping: a file that cannot be
-    removed stays for the next save."""
+    removed stays for the next save.
+
+    Returns:
+        For a folder of objects, the names left in it, so no name need be asked for again;
+        None for a local directory (asking the disk costs nothing) or an unlistable folder.
+    """
+    if is_url(directory):
+        return _remove_unnamed_objects(
+            directory, layout, variant, named, remove_single, storage_options
+        )
     try:
         listing = os.listdir(directory)
     except OSError:
-        return
-    single, index = layout.single_name(variant), layout.index_name(variant)
+        return None
     scratch_bases: set[str] = set()
     for name in listing:
-        scratch = _SCRATCH_NAME.fullmatch(name)
-        if scratch is not None:
-            base = scratch["base"]
-            if base in (single, index) or _is_own_shard(base, layout, variant):
+        if _SCRATCH_NAME.fullmatch(name) is not None:
+            base = _scratch_base(name, layout, variant)
+            if base is not None:
                 scratch_bases.add(base)
-            continue
-        stale_shard = named is not None and name not in named
-        if (stale_shard and _is_own_shard(name, layout, variant)) or (
-            remove_single and name == single
-        ):
+        elif _superseded(name, layout, variant, named, remove_single):
             _remove_file(os.path.join(directory, name))
     for base in sorted(scratch_bases):  # only files of dead, unlocked writers (`_atomic`)
         _remove_stale_scratch(os.path.join(directory, base))
+    return None
+
+
+def _remove_unnamed_objects(
+    directory: str,
+    layout: SetLayout,
+    variant: str | None,
+    named: frozenset[str] | None,
+    remove_single: bool,
+    storage_options: Mapping[str, Any] | None,
+) -> frozenset[str] | None:
+    """`_remove_unnamed` in a folder of objects, in one listing and one bulk delete; the names
+    left. There is no writer to ask whether it is alive, and no need: one writer per set, so a
+    scratch object of the set's files (left where uploads cannot be deferred) is a killed
+    save's."""
+    from weightstore._remote_write import list_names, remove
+
+    listing = list_names(directory, storage_options)
+    if listing is None:
+        return None
+    doomed = [
+        name
+        for name in listing
+        if _scratch_base(name, layout, variant) is not None
+        or _superseded(name, layout, variant, named, remove_single)
+    ]
+    remove(directory, doomed, storage_options)
+    return frozenset(listing).difference(doomed)
+
+
+def _scratch_base(name: str, layout: SetLayout, variant: str | None) -> str | None:
+    """The set file the scratch file `name` was to become; None when `name` is no scratch
+    file of one of this set's files."""
+    scratch = _SCRATCH_NAME.fullmatch(name)
+    if scratch is None:
+        return None
+    base = scratch["base"]
+    return base if _is_set_file(layout, variant, base) else None
+
+
+def _superseded(
+    name: str,
+    layout: SetLayout,
+    variant: str | None,
+    named: frozenset[str] | None,
+    remove_single: bool,
+) -> bool:
+    """Whether `name` is a shard of this set that `named` lacks, or its superseded single file."""
+    stale_shard = named is not None and name not in named and _is_own_shard(name, layout, variant)
+    return stale_shard or (remove_single and name == layout.single_name(variant))
+
+
+def _is_set_file(layout: SetLayout, variant: str | None, name: str) -> bool:
+    """Whether `name` is the set's single file, its index or one of its shards."""
+    own = (layout.single_name(variant), layout.index_name(variant))
+    return name in own or _is_own_shard(name, layout, variant)
+
+
+def _prepare_folder(
+    directory: str,
+    layout: SetLayout,
+    variant: str | None,
+    storage_options: Mapping[str, Any] | None,
+) -> None:
+    """Before planning a save into a folder of objects: forget this process's cached view of
+    it (another process may have saved since), and abort the incomplete uploads that killed
+    saves of this set's files left (S3: invisible to readers, but stored until aborted)."""
+    from weightstore._remote_write import abort_uploads, forget_cached
+
+    forget_cached(directory, storage_options)
+    abort_uploads(directory, functools.partial(_is_set_file, layout, variant), storage_options)
+
+
+def _remove_names(
+    directory: str, names: Sequence[str], storage_options: Mapping[str, Any] | None
+) -> None:
+    """Remove the files `names` in `directory`, if they can be; housekeeping."""
+    if is_url(directory):
+        from weightstore._remote_write import remove
+
+        remove(directory, names, storage_options)
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
 
 
 def _is_own_shard(name: str, layout: SetLayout, variant: str | None) -> bool:

@@ -233,6 +233,8 @@ class Store:
 
     FORMAT: ClassVar[ContainerFormat | None] = None  # set by each declared store
     format_name: ClassVar[str] = ""  # the format's short name, ``"burnpack"``; from FORMAT
+    # For a URL, what its filesystem is opened with (`Store.from_file`); None otherwise.
+    _storage_options: Mapping[str, Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -270,8 +272,17 @@ class Store:
         return cls.FORMAT
 
     @classmethod
-    def from_file(cls: type[StoreT], path: str | os.PathLike[str]) -> StoreT:
+    def from_file(
+        cls: type[StoreT],
+        path: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> StoreT:
         """A store over the file at `path`, to load from or save to.
+
+        `path` may be a URL (``s3://bucket/model.safetensors``, ``https://...``, anything
+        fsspec opens; docs/remote.md): reads then fetch only the byte ranges they need, and
+        `storage_options` go to its filesystem (``{"endpoint_url": ..., "anon": True}``).
 
         On a declared store the format is the store's. On `Store` itself it is picked from the
         file's first bytes when the file exists, else from its extension (a save target).
@@ -290,9 +301,13 @@ class Store:
         """
         filename = os.fspath(path)
         if cls.FORMAT is not None:
-            return _new_store(cls, path=filename)
-        fmt = _format_of_path(filename)
-        return _new_store(cast(type[StoreT], _STORE_FOR_FORMAT[fmt.name]), path=filename)
+            store = _new_store(cls, path=filename)
+        else:
+            fmt = _format_of_path(filename, storage_options)
+            store = _new_store(cast(type[StoreT], _STORE_FOR_FORMAT[fmt.name]), path=filename)
+        if storage_options is not None:
+            store._storage_options = dict(storage_options)
+        return store
 
     @classmethod
     def from_bytes(cls: type[StoreT], data: Buffer | None = None) -> StoreT:
@@ -531,6 +546,10 @@ class Store:
         """A reader over the store's source, after checking the bytes are this format's."""
         fmt = self._format()
         if self._path is not None:
+            if _is_url(self._path) and self._options.auto_extension:
+                # Burn's rule reads `model` as `model.bpk` only when `model` does not exist,
+                # which for a URL only a request tells: the reader tries both, in that order.
+                return self._open_path(self._path)
             return self._open_path(self._file_path(for_write=False))
         if self._static is not None:
             assert fmt.open_static is not None
@@ -549,10 +568,15 @@ class Store:
         bytes it already holds. A reader that refuses the file gives way to the check, so a
         foreign or missing file raises exactly what checking first would have raised."""
         fmt = self._format()
-        options = {}
+        options: dict[str, Any] = {}
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
-        if filename.endswith(".json") or os.path.isdir(filename):  # a set's index or directory
+        remote = _is_url(filename)
+        storage = self._storage_options
+        if remote:
+            options["storage_options"] = storage
+        # A URL is tried as a file first: telling a folder on an object store costs a listing.
+        if filename.endswith(".json") or (not remote and os.path.isdir(filename)):
             from weightstore.stores._sets import open_store_set  # sets load with the first set
 
             set_reader = open_store_set(fmt, filename, self._options, options)
@@ -560,13 +584,27 @@ class Store:
                 return set_reader
         try:
             reader = fmt.open_file(filename, **options)
+        except FileMissingError:
+            if not remote:
+                head, size = _probe(filename)  # raises what a probe of the path raises
+                self._refuse_foreign(head, size, filename)
+                raise
+            from weightstore.stores._sets import open_store_set  # no object: a folder?
+
+            set_reader = open_store_set(fmt, filename, self._options, options)
+            if set_reader is not None:
+                return set_reader
+            raise
         except Exception:
-            head, size = _probe(filename)
+            head, size = _probe(filename, storage) if remote else _probe(filename)
             self._refuse_foreign(head, size, filename)
             raise  # the file is this format's (or no one's): the reader's error says why
         try:
-            head, size = _head_of(reader) or _probe(filename)
-            self._refuse_foreign(head, size, filename)
+            found = _head_of(reader)
+            if found is None and not remote:  # a URL's reader proved its format by opening
+                found = _probe(filename)
+            if found is not None:
+                self._refuse_foreign(*found, filename)
         except BaseException:
             reader.close()
             raise
@@ -613,10 +651,12 @@ class Store:
             return None
         from weightstore.stores._sets import read_set_report
 
-        options = {}
+        options: dict[str, Any] = {}
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
         path = self._file_path(for_write=False)
+        if _is_url(path):
+            options["storage_options"] = self._storage_options
         return read_set_report(self._format(), path, self._options, options)
 
     def _index_mapper(self) -> IndexMapper | None:
@@ -738,7 +778,11 @@ class Store:
             target = self._file_path(for_write=True)
             options = self._options
             write_atomic(
-                target, writer.write_to, overwrite=options.overwrite, durable=options.durable
+                target,
+                writer.write_to,
+                overwrite=options.overwrite,
+                durable=options.durable,
+                storage_options=self._storage_options,
             )
             return target
         if self._output is not None:
@@ -749,11 +793,21 @@ class Store:
     def _set_directory(self) -> str | None:
         """The directory a save writes a sharded set into: the path as given when
         `max_shard_size` is set, else the path (after the extension rule) when it is an
-        existing directory; None for a single-file or memory save."""
+        existing directory; None for a single-file or memory save. A URL is a directory
+        when it ends with ``/`` or its prefix holds objects."""
         if self._path is None:
             return None
         if self._options.max_shard_size is not None:
             return self._path
+        from weightstore._remote import is_url
+
+        if is_url(self._path):
+            from weightstore._remote_write import is_directory
+
+            if self._path.endswith("/"):  # before the extension rule would add ".bpk"
+                return self._path
+            target = self._file_path(for_write=True)
+            return target if is_directory(target, self._storage_options) else None
         target = self._file_path(for_write=True)
         return target if os.path.isdir(target) else None
 
@@ -775,6 +829,7 @@ class Store:
             overwrite=options.overwrite,
             durable=options.durable,
             variant=options.variant,
+            storage_options=self._storage_options,
         )
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
@@ -834,6 +889,10 @@ class Store:
 
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
+        if path is not None and _is_url(path):  # fetch what the load reads in large batches
+            from weightstore.stores._remote_plan import plan_reads_for_load
+
+            plan_reads_for_load(snapshots, options, path)
         rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
         with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
             result = apply(
@@ -880,10 +939,12 @@ def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
     return snapshot.with_name(name)
 
 
-def _format_of_path(path: str) -> ContainerFormat:
+def _format_of_path(path: str, storage_options: Mapping[str, Any] | None = None) -> ContainerFormat:
     """The format of an existing file (from its bytes; Burn's extension rule included), or the
     one its extension names when it does not exist yet; for a directory or an index, its set's
-    format."""
+    format. A URL is probed with one request, which the reader opened next takes over."""
+    if _is_url(path):
+        return _format_of_url(path, storage_options)
     if path.endswith(".json") or os.path.isdir(path):
         from weightstore.stores._sets import set_format  # sets load with the first set
 
@@ -902,6 +963,45 @@ def _format_of_path(path: str) -> ContainerFormat:
     for candidate in candidates:
         if os.path.isfile(candidate):
             return detect_format(candidate)
+    return _format_for_new(path)
+
+
+def _is_url(path: str) -> bool:
+    """`weightstore._remote.is_url`, loaded only for paths that could be one."""
+    if "://" not in path:
+        return False
+    from weightstore._bytesource import is_url
+
+    return is_url(path)
+
+
+def _format_of_url(url: str, storage_options: Mapping[str, Any] | None) -> ContainerFormat:
+    """`_format_of_path` for a URL: a set's format for an index or a folder (a prefix on an
+    object store), else the object's (its first bytes), else the one its extension names."""
+    from weightstore.stores._sets import set_format
+
+    if url.endswith((".json", "/")):
+        found = set_format(url, storage_options)
+        if found is not None:
+            return found
+    candidates = dict.fromkeys(
+        [url] + [fmt.path_for_read(url) for fmt in FORMATS if fmt.default_extension is not None]
+    )
+    for candidate in candidates:
+        if candidate.endswith("/"):
+            continue
+        try:
+            head, size = read_probe(candidate, storage_options)
+        except FileMissingError:
+            continue
+        return detect_format_of_bytes(head, size, candidate)
+    # No object: a folder holding a set (a prefix, one listing), else a save target.
+    found = None if url.endswith((".json", "/")) else set_format(url, storage_options)
+    return found if found is not None else _format_for_new(url)
+
+
+def _format_for_new(path: str) -> ContainerFormat:
+    """The format a path that does not exist yet names by its extension (a save target)."""
     fmt = format_for_name(path)
     if fmt is None:
         raise UnsupportedFormatError(
@@ -968,10 +1068,10 @@ def _head_of(reader: object) -> tuple[bytes, int] | None:
     return bytes(source.read(0, min(PROBE_SIZE, size), "the format probe")), size
 
 
-def _probe(filename: str) -> tuple[bytes, int]:
+def _probe(filename: str, storage_options: Mapping[str, Any] | None = None) -> tuple[bytes, int]:
     """`read_probe`, with a missing file or a directory raised as our typed errors."""
     try:
-        return read_probe(filename)
+        return read_probe(filename, storage_options)
     except (FileMissingError, PathIsDirectoryError):
         raise
     except FileNotFoundError as err:

@@ -12,7 +12,7 @@ that asks about module types (a predicate) needs every tensor, so then the reade
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,11 +30,44 @@ __all__ = [
 ]
 
 
-def is_set_path(filename: str) -> bool:
-    """Whether a store reads `filename` as a set: a directory or an index file name."""
+def is_set_path(filename: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether a store reads `filename` as a set: a directory or an index file name (a
+    torch.distributed.checkpoint directory's index included). A URL is a folder when its
+    prefix holds objects (one listing)."""
     from weightstore.sets._discover import is_index_name
 
-    return os.path.isdir(filename) or is_index_name(filename)
+    if _is_url(filename):
+        return is_index_name(filename) or bool(_remote_names(filename, storage_options))
+    return os.path.isdir(filename) or is_index_name(filename) or _is_dcp(filename)
+
+
+def _is_url(filename: str) -> bool:
+    if "://" not in filename:
+        return False
+    from weightstore._bytesource import is_url
+
+    return is_url(filename)
+
+
+def _remote_names(url: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """The objects in the folder `url`; an object at `url` itself (which S3 lists when asked
+    for its name as a folder) is no content."""
+    from weightstore._remote_write import list_names
+
+    folder = url.rstrip("/")
+    own = folder.rsplit("/", 1)[-1]
+    return [name for name in list_names(folder, storage_options) or [] if name != own]
+
+
+def _is_dcp(filename: str) -> bool:
+    """Whether `filename` is a torch.distributed.checkpoint directory or its index, which a
+    store reads whole tensors from (`weightstore.sets._dcp_reader`); never at a URL."""
+    from weightstore.sets._dcp_index import is_dcp_checkpoint
+
+    if _is_url(filename):
+        return False
+
+    return is_dcp_checkpoint(filename)
 
 
 def open_store_set(
@@ -42,8 +75,12 @@ def open_store_set(
 ) -> SetReader | None:
     """The reader over the whole set at `filename` for a store of `fmt` with `options`, or
     None when `filename` is no set path."""
-    if not is_set_path(filename):
+    if not is_set_path(filename, reader_options.get("storage_options")):
         return None
+    if _is_dcp(filename):
+        from weightstore.sets._dcp_reader import open_dcp
+
+        return open_dcp(filename, fmt.name)  # type: ignore[return-value]  # the same protocol
     from weightstore.sets._reader import open_set
 
     return open_set(filename, fmt.name, variant=_variant(options), **reader_options)
@@ -73,8 +110,9 @@ def restricted_for_load(
 def read_set_report(
     fmt: ContainerFormat, filename: str, options: StoreOptions, reader_options: dict[str, Any]
 ) -> SetReport | None:
-    """The whole set's `SetReport` (every shard's header read), or None for no set path."""
-    if not is_set_path(filename):
+    """The whole set's `SetReport` (every shard's header read), or None for no set path (a
+    torch.distributed.checkpoint directory has none: its index is checked as it opens)."""
+    if not is_set_path(filename, reader_options.get("storage_options")) or _is_dcp(filename):
         return None
     from weightstore.sets._reader import open_set
 
@@ -103,7 +141,9 @@ def wanted_names(options: StoreOptions, listed: Sequence[str], path: str) -> lis
     return [old for new, old in renamed.items() if kept.matches(new)]
 
 
-def set_format(filename: str) -> ContainerFormat | None:
+def set_format(
+    filename: str, storage_options: Mapping[str, Any] | None = None
+) -> ContainerFormat | None:
     """The format of the set at `filename` (an existing directory or index, or the format an
     index name's extension names for one not written yet); None when `filename` is no set
     path, or a directory holding no set (a save target).
@@ -114,6 +154,8 @@ def set_format(filename: str) -> ContainerFormat | None:
     from weightstore.sets._discover import INDEX_NAME, formats_in
     from weightstore.sets._reader import set_format_of
 
+    if _is_url(filename):
+        return _remote_set_format(filename, storage_options)
     if not os.path.exists(filename):
         match = INDEX_NAME.fullmatch(os.path.basename(filename))
         if match is None:
@@ -121,9 +163,36 @@ def set_format(filename: str) -> ContainerFormat | None:
         from weightstore.formats import format_for_name
 
         return format_for_name(f"index.{match['ext']}")
+    if _is_dcp(filename):
+        from weightstore.sets._dcp_index import read_dcp_index
+        from weightstore.sets._dcp_reader import container_format
+
+        return container_format(read_dcp_index(filename))
     if not is_set_path(filename) or (os.path.isdir(filename) and not formats_in(filename)):
         return None
     return set_format_of(filename)
+
+
+def _remote_set_format(
+    url: str, storage_options: Mapping[str, Any] | None
+) -> ContainerFormat | None:
+    """`set_format` for a URL: an index's (read), a folder's (listed), or for an index not
+    written yet the format its name names; None for anything else."""
+    from weightstore.errors import FileMissingError
+    from weightstore.sets._discover import INDEX_NAME, formats_in
+    from weightstore.sets._reader import set_format_of
+
+    match = INDEX_NAME.fullmatch(url.rsplit("/", 1)[-1])
+    if match is not None:
+        try:
+            return set_format_of(url, storage_options)
+        except FileMissingError:
+            from weightstore.formats import format_for_name
+
+            return format_for_name(f"index.{match['ext']}")
+    if not formats_in(url.rstrip("/"), storage_options):
+        return None
+    return set_format_of(url, storage_options)
 
 
 def _variant(options: StoreOptions) -> str | None:
