@@ -152,7 +152,13 @@ class _Job:
         return plan_set(
             _directory(self.store), self.layout, count, variant=options.variant,
             overwrite=options.overwrite, durable=options.durable,
+            storage_options=self.storage_options,
         )  # fmt: skip
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        """The store's filesystem options, for a set at a URL (None for a local one)."""
+        return getattr(self.store, "_storage_options", None)
 
     def write(self, plan: SetPlan, rank: int, written: list[str]) -> dict[str, str]:
         """Write this rank's shards (every rank's reads run in step); the weight map part."""
@@ -165,8 +171,9 @@ class _Job:
             for number, shard in enumerate(self.shards[rank], first):
                 entries = [self._entry(index) for index in shard]
                 write_shard(
-                    plan, number, entries, self.fmt, metadata=self.metadata, durable=durable
-                )
+                    plan, number, entries, self.fmt, metadata=self.metadata, durable=durable,
+                    storage_options=self.storage_options,
+                )  # fmt: skip
                 written.append(plan.shard_path(number))
                 part.update(dict.fromkeys((e.name for e in entries), plan.shard_names[number - 1]))
         finally:
@@ -178,7 +185,7 @@ class _Job:
 
         return commit_set(
             plan, weight_map, self.metadata, total_size=sum(self.nbytes),
-            durable=self.store.options.durable,
+            durable=self.store.options.durable, storage_options=self.storage_options,
         )  # fmt: skip
 
     def _entry(self, index: int) -> TensorEntry:
