@@ -209,3 +209,30 @@ def test_security_page_lists_every_limit() -> None:
             assert any(form in nearby for form in _spellings(value)), (
                 f"docs/security.md shows {name} without its value {value:,}"
             )
+
+
+def test_workers_import_no_machine_learning_framework() -> None:
+    # A worker imports every weightstore module but those in `_NOT_IMPORTED`; one of them
+    # importing torch or jax at module level makes every fuzz run ten times slower.
+    import ast
+    import pkgutil
+
+    import weightstore
+    from fuzz.run import _NOT_IMPORTED
+
+    heavy = {"torch", "jax", "jaxlib", "flax"}
+    offenders = []
+    for module in pkgutil.walk_packages(weightstore.__path__, "weightstore."):
+        if module.name in _NOT_IMPORTED:
+            continue
+        spec = module.module_finder.find_spec(module.name.rpartition(".")[2], None)
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        for node in tree.body:  # module level only: imports inside functions run when called
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            offenders += [module.name for name in names if name.split(".")[0] in heavy]
+    assert offenders == []
