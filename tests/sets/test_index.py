@@ -131,8 +131,9 @@ def test_the_limit_can_be_raised_for_a_trusted_index(tmp_path: Path) -> None:
         (b'{"weight_map": {"w": "a.safetensors"}', "not valid JSON"),
         (b"", "not valid JSON"),
         (b'{"weight_map": {}, "metadata": {"n": 1' + b"0" * 5000 + b"}}", "not valid JSON"),
+        (b'{"weight_map": {}, "metadata": {"total_size": NaN}}', "not valid JSON"),
     ],
-    ids=["not-utf8", "truncated", "empty", "huge-int"],
+    ids=["not-utf8", "truncated", "empty", "huge-int", "nan-literal"],
 )
 def test_bytes_that_are_not_json_are_a_set_error(data: bytes, expected: str) -> None:
     with pytest.raises(SetError, match=expected) as caught:

@@ -59,11 +59,9 @@ from weightstore.sets._index import (
     MAX_INDEX_SIZE,
     SET_ID_KEY,
     SetIndex,
-    _depth,
-    _DuplicateKey,
     _kind,
     _parse_metadata,
-    _unique_object,
+    decode_json,
     locate_shards,
     validate_shard_name,
 )
@@ -263,7 +261,7 @@ def parse_dcp_index(data: bytes, path: str) -> DcpIndex:
     Raises:
         SetError: the first rule of the module docstring the bytes break.
     """
-    top = _decoded_json(data, path)
+    top = decode_json(data, path, MAX_DCP_INDEX_DEPTH)
     if not isinstance(top, dict):
         raise SetError(f"index is a JSON {_kind(top)}, not an object", path=path)
     metadata = _parse_metadata(top.get("metadata", {}), path)
@@ -289,36 +287,6 @@ def parse_dcp_index(data: bytes, path: str) -> DcpIndex:
     if "planner_data" in top:
         planner_data = from_json(top["planner_data"], "planner_data", path)
     return DcpIndex(path, set_id, metadata, tensors, values, paths, planner_data)
-
-
-def _decoded_json(data: bytes, path: str) -> object:
-    """The JSON value of `data`: UTF-8, no key twice, no NaN literals, bounded nesting."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SetError(
-            f"index is not UTF-8 text: byte {err.start:,} is invalid", path=path
-        ) from err
-    try:
-        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_no_constant)
-    except _DuplicateKey as err:
-        shown = bounded_repr(err.key, limit=_SHOWN)
-        raise SetError(f"index gives key {shown} twice in one object", path=path) from None
-    except RecursionError as err:
-        raise SetError("index nests deeper than a JSON parser can follow", path=path) from err
-    except ValueError as err:  # JSONDecodeError, NaN literals, ints past Python's digit limit
-        raise SetError(f"index is not valid JSON: {err}", path=path) from err
-    depth = _depth(value)
-    if depth > MAX_DCP_INDEX_DEPTH:
-        raise SetError(
-            f"index nests {depth:,} levels deep, over the limit of {MAX_DCP_INDEX_DEPTH}",
-            path=path,
-        )
-    return value
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is no JSON number")
 
 
 def _object(top: Mapping[str, object], key: str, path: str) -> dict[str, Any]:

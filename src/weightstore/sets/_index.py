@@ -307,7 +307,20 @@ def _confinement_roots(directory: str) -> tuple[str, ...]:
 
 
 def _decode(data: bytes, path: str) -> object:
-    """The JSON value of `data`; duplicate keys and deep nesting refused."""
+    """The set index's JSON value (`decode_json`, its nesting limit)."""
+    return decode_json(data, path, MAX_INDEX_DEPTH, "; a tensor belongs to one shard")
+
+
+def decode_json(data: bytes, path: str, max_depth: int, duplicate_hint: str = "") -> object:
+    """The JSON value of an index file's bytes, read as input from strangers: UTF-8, no key
+    given twice in one object (`json` would keep the last), no ``NaN``/``Infinity`` literals
+    (not JSON), nesting no deeper than `max_depth`. Every JSON index weightstore reads (a
+    set's, a DCP checkpoint's) goes through here.
+
+    Raises:
+        SetError: any of those broken; a key given twice is named as ``tensor``, with its two
+            values and `duplicate_hint` appended to the message.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -315,25 +328,28 @@ def _decode(data: bytes, path: str) -> object:
             f"index is not UTF-8 text: byte {err.start:,} is invalid", path=path
         ) from err
     try:
-        value = json.loads(text, object_pairs_hook=_unique_object)
+        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_no_constant)
     except _DuplicateKey as err:
         first, second = (bounded_repr(v, limit=_NAMES_SHOWN) for v in (err.first, err.second))
         raise SetError(
-            f"index gives this key twice in one object ({first}, then {second}); a tensor "
-            "belongs to one shard",
+            f"index gives this key twice in one object ({first}, then {second}){duplicate_hint}",
             path=path,
             tensor=err.key,
         ) from None
     except RecursionError as err:
         raise SetError("index nests deeper than a JSON parser can follow", path=path) from err
-    except ValueError as err:  # JSONDecodeError, and ints over Python's digit limit
+    except ValueError as err:  # JSONDecodeError, NaN literals, ints over Python's digit limit
         raise SetError(f"index is not valid JSON: {err}", path=path) from err
     depth = _depth(value)
-    if depth > MAX_INDEX_DEPTH:
+    if depth > max_depth:
         raise SetError(
-            f"index nests {depth:,} levels deep, over the limit of {MAX_INDEX_DEPTH}", path=path
+            f"index nests {depth:,} levels deep, over the limit of {max_depth}", path=path
         )
     return value
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
 
 
 class _DuplicateKey(ValueError):
