@@ -235,7 +235,6 @@ def _summarize_dcp(path: str) -> FileReport:
     """A `torch.distributed.checkpoint` directory: every tensor whole (put together from its
     chunks), its plain values as objects, and its rank files as the set's shards (a rank
     file's tensors are its chunks); files the index does not name are listed as ignored."""
-    from weightstore.sets._dcp_index import read_dcp_index
     from weightstore.sets._dcp_reader import open_dcp
 
     with open_dcp(path) as reader:
@@ -245,9 +244,9 @@ def _summarize_dcp(path: str) -> FileReport:
         ]
         values = reader.values()
         metadata: dict[str, Any] = reader.metadata()
-        index = reader.path
+        index, tensors = reader.path, reader.index.tensors
     chunks: dict[str, int] = {}
-    for tensor in read_dcp_index(index).tensors.values():
+    for tensor in tensors.values():
         for chunk in tensor.chunks:
             chunks[chunk.file] = chunks.get(chunk.file, 0) + 1
     directory = os.path.dirname(index)
