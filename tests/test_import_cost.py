@@ -224,3 +224,19 @@ def test_torch_save_zip_listing_is_what_inspect_reads(tmp_path: Path) -> None:
     with PytorchReader(_torch_save_style_zip(tmp_path / "m.pt")) as reader:
         assert reader.get("layer.weight").tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
         assert reader.get("steps").tolist() == 7
+
+
+def test_commands_on_one_file_load_only_the_set_naming_rules(tmp_path: Path) -> None:
+    # Every command asks of each path whether it names a set or a DCP checkpoint: answering
+    # must not load the set reader, writer or index parser, nor any DCP module.
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(write_bytes([TensorEntry.from_array("w", np.ones(2, np.float32))]))
+    code = (
+        "import contextlib, io\nfrom weightstore import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    for argv in (['inspect', {str(path)!r}], ['verify', '-q', {str(path)!r}],\n"
+        f"                 ['diff', {str(path)!r}, {str(path)!r}]):\n"
+        "        assert cli.main(argv) == 0\n"
+    )
+    loaded = {name for name in _loaded_after(code) if name.startswith("weightstore.sets")}
+    assert loaded == {"weightstore.sets", "weightstore.sets._discover", "weightstore.sets._layout"}

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
         SafetensorsStorageReader,
         SafetensorsStorageWriter,
     )
-    from weightstore.sets._dcp_index import DCP_INDEX_NAME, is_dcp_checkpoint
     from weightstore.sets._dcp_reader import DcpReader, open_dcp
     from weightstore.sets._dcp_values import OpaqueValue
+    from weightstore.sets._layout import DCP_INDEX_NAME, is_dcp_checkpoint
 
 __all__ = [
     "DCP_INDEX_NAME",
@@ -51,8 +51,8 @@ _LAZY = {
     "BurnpackStorageWriter": "weightstore.bridge._dcp",
     "SafetensorsStorageReader": "weightstore.bridge._dcp",
     "SafetensorsStorageWriter": "weightstore.bridge._dcp",
-    "DCP_INDEX_NAME": "weightstore.sets._dcp_index",
-    "is_dcp_checkpoint": "weightstore.sets._dcp_index",
+    "DCP_INDEX_NAME": "weightstore.sets._layout",
+    "is_dcp_checkpoint": "weightstore.sets._layout",
     "DcpReader": "weightstore.sets._dcp_reader",
     "open_dcp": "weightstore.sets._dcp_reader",
     "OpaqueValue": "weightstore.sets._dcp_values",

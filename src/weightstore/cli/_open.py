@@ -84,7 +84,7 @@ def is_set_path(path: str, storage_options: dict[str, Any] | None = None) -> boo
 def is_dcp_checkpoint(path: str) -> bool:
     """Whether `path` is a `torch.distributed.checkpoint` directory (or its index) saved
     through `weightstore.dcp`."""
-    from weightstore.sets._dcp_index import is_dcp_checkpoint as is_dcp
+    from weightstore.sets._layout import is_dcp_checkpoint as is_dcp
 
     return is_dcp(path)
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 import numpy as np
 
@@ -37,7 +38,10 @@ from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import DTypeError, WeightstoreError
-from weightstore.sets import SetReader, SetWarning
+from weightstore.sets._discover import SetWarning
+
+if TYPE_CHECKING:
+    from weightstore.sets import SetReader
 
 __all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
 
@@ -127,9 +131,16 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
             verdict.scan = scan_globals(_whole_file(reader, path, args))
-        if isinstance(reader, SetReader):
+        if _is_set_reader(reader):
             _check_set(reader, verdict, storage_options_of(args))
     return verdict
+
+
+def _is_set_reader(reader: object) -> TypeGuard[SetReader]:
+    """Whether `reader` reads a sharded set. Asked of the loaded module only: a single file's
+    verify never loads the set reader."""
+    module = sys.modules.get("weightstore.sets._reader")
+    return module is not None and isinstance(reader, module.SetReader)
 
 
 def _check_set(reader: SetReader, verdict: Verdict, storage_options: dict[str, Any] | None) -> None:

@@ -52,8 +52,6 @@ from weightstore._render import bounded_repr
 from weightstore.dtypes import DType, from_name
 from weightstore.errors import DTypeError, LimitExceeded, SetError
 from weightstore.sets._dcp_values import from_json, to_json
-
-# The set index's rules, shared: key uniqueness, nesting, metadata pairs, file-name confinement.
 from weightstore.sets._index import (
     _SET_ID,
     MAX_INDEX_SIZE,
@@ -65,6 +63,9 @@ from weightstore.sets._index import (
     locate_shards,
     validate_shard_name,
 )
+
+# The set index's rules, shared: key uniqueness, nesting, metadata pairs, file-name confinement.
+from weightstore.sets._layout import DCP_INDEX_NAME, is_dcp_checkpoint
 
 __all__ = [
     "CHUNKS_KEY",
@@ -86,8 +87,6 @@ __all__ = [
     "read_dcp_index",
 ]
 
-DCP_INDEX_NAME: Final = "dcp.index.json"
-"""The index's file name in a checkpoint directory."""
 FORMAT_KEY: Final = "weightstore.format"
 """The index metadata key saying what the index describes (`FORMAT_VALUE`)."""
 FORMAT_VALUE: Final = "torch.distributed.checkpoint"
@@ -221,14 +220,6 @@ def dcp_index_path(path: str | os.PathLike[str]) -> str:
     if os.path.basename(filename) == DCP_INDEX_NAME and not os.path.isdir(filename):
         return filename
     return os.path.join(filename, DCP_INDEX_NAME)
-
-
-def is_dcp_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a directory holding a DCP index, or such an index; reads nothing."""
-    filename = os.fspath(path)
-    if os.path.isdir(filename):
-        return os.path.isfile(os.path.join(filename, DCP_INDEX_NAME))
-    return os.path.basename(filename) == DCP_INDEX_NAME and os.path.isfile(filename)
 
 
 # -- reading --------------------------------------------------------------------------------------

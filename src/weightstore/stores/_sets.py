@@ -62,7 +62,7 @@ def _remote_names(url: str, storage_options: Mapping[str, Any] | None) -> list[s
 def _is_dcp(filename: str) -> bool:
     """Whether `filename` is a torch.distributed.checkpoint directory or its index, which a
     store reads whole tensors from (`weightstore.sets._dcp_reader`); never at a URL."""
-    from weightstore.sets._dcp_index import is_dcp_checkpoint
+    from weightstore.sets._layout import is_dcp_checkpoint
 
     if _is_url(filename):
         return False
