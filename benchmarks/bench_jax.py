@@ -54,8 +54,8 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from bench_io import evict, resident_fraction  # noqa: E402
 from weightstore import BurnpackStore, SafetensorsStore, TensorSnapshot, save_into  # noqa: E402
-from weightstore._bytesource import MmapSource  # noqa: E402
 from weightstore.dtypes import from_name  # noqa: E402
+from weightstore.io._source import MmapSource  # noqa: E402
 
 MIB = 1 << 20
 PAGE = 4096

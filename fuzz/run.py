@@ -103,8 +103,8 @@ _NOT_IMPORTED: Final = (
     # worker runs ten times slower (300 inputs: 25.6 s against 2.6 s), its garbage collections
     # and /proc/self/maps reads (the leak check) walking the frameworks' objects and libraries.
     "weightstore.bridge._torch",
-    "weightstore.bridge._distributed",
-    "weightstore.bridge._dcp",
+    "weightstore.distributed._torch",
+    "weightstore.dcp._storage",
     "weightstore.bridge._jax",
 )
 

@@ -22,9 +22,9 @@ from typing import BinaryIO
 
 import pytest
 
-from weightstore import _atomic
-from weightstore._atomic import write_all, write_atomic
 from weightstore.errors import DestinationExistsError, SaveFailedError, WeightstoreError
+from weightstore.io import _atomic
+from weightstore.io._atomic import write_all, write_atomic
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and rlimits are POSIX")
 
@@ -57,7 +57,7 @@ CHILD = textwrap.dedent(
                 time.sleep(60)
             return _plain(src, dst, *args, **kwargs)
         setattr(os, step, paused)
-    from weightstore._atomic import write_all, write_atomic
+    from weightstore.io._atomic import write_all, write_atomic
 
     def write(file):
         piece = memoryview(fill.encode() * chunk_size)

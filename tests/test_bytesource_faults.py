@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from weightstore import safetensors
-from weightstore._bytesource import MmapSource, PreadSource
 from weightstore.entry import TensorEntry
+from weightstore.io._source import MmapSource, PreadSource
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="SIGBUS and rlimits are POSIX")
 
@@ -48,7 +48,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 SHRINK_CHILD = """
     import os, sys
-    from weightstore._bytesource import MmapSource
+    from weightstore.io._source import MmapSource
     from weightstore.errors import TruncatedError
     from weightstore.safetensors import SafetensorsReader
     path, new_size = sys.argv[1], int(sys.argv[2])

@@ -30,9 +30,9 @@ from weightstore import (
     safetensors,
     save_into,
 )
-from weightstore._atomic import write_all, write_atomic
 from weightstore.entry import TensorEntry
 from weightstore.errors import InvalidOptionError
+from weightstore.io._atomic import write_all, write_atomic
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from weightstore import (
     pytorch_reader,
     safetensors,
 )
-from weightstore._format import PROBE_SIZE, path_for_read, path_for_write
+from weightstore.container._format import PROBE_SIZE, path_for_read, path_for_write
 from weightstore.entry import TensorEntry
 from weightstore.errors import FormatError, TruncatedError, UnsupportedFormatError
 from weightstore.safetensors._layout import MAX_HEADER_SIZE

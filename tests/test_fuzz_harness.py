@@ -179,7 +179,7 @@ LIMIT_MODULES = (
     "weightstore.burnpack._layout",
     "weightstore.safetensors._layout",
     "weightstore.pytorch_reader._layout",
-    "weightstore._reader_base",
+    "weightstore.container._reader",
 )
 
 

@@ -127,9 +127,9 @@ STORE_DEFERRED = (
     "weightstore.paths",
     "weightstore.snapshot",
     "weightstore.transfer",
-    "weightstore._atomic",
-    "weightstore._bytesource",
-    "weightstore._reader_base",
+    "weightstore.io._atomic",
+    "weightstore.io._source",
+    "weightstore.container._reader",
     "weightstore.dtypes",
     "weightstore.stores._load_failure",
 )

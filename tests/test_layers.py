@@ -32,39 +32,35 @@ ROOT = "weightstore"
 # package, every module inside it; the longest key wins. The package root covers only its own
 # __init__ (it re-exports the public surface, so it sits on top).
 LAYERS: dict[str, int] = {
-    # 0: the vocabulary every layer shares.
-    "weightstore._version": 0,
+    # 0: the vocabulary every layer shares: dtypes, errors, and the base package (immutable
+    # records, bounded rendering, the collector pause, lazy exports, the version).
     "weightstore.errors": 0,
     "weightstore.dtypes": 0,
-    "weightstore._render": 0,  # bounded rendering of file content, for every message
-    "weightstore._record": 0,  # the immutable record base, in place of frozen dataclasses
-    "weightstore._gc": 0,  # pausing the garbage collector over allocation-heavy work
-    # 1: byte sources: where bytes come from and how they reach a disk atomically.
-    "weightstore._bytesource": 1,
-    "weightstore._atomic": 1,
-    "weightstore._remote": 1,  # URLs: the fsspec filesystem behind one, imported on first use
-    "weightstore._remote_source": 1,  # a URL as a byte source: planned, concurrent range reads
-    "weightstore._remote_write": 1,  # saves to URLs: uploads completed whole, a set's folder
-    # 2: what every container shares: the reader and writer protocols, the writer's input
-    # (`TensorEntry`), lazy slicing, and the `ContainerFormat` record each container fills in.
+    "weightstore.base": 0,
+    # 1: the byte layer: where bytes come from and how they reach a disk or an object store
+    # atomically; the only fsspec import is io._fs.
+    "weightstore.io": 1,
+    # 2: the container kit: the reader and writer protocols and bases, lazy slicing, the
+    # `ContainerFormat` record each container fills in, and the writer's input (`TensorEntry`).
     # Format-free and model-free, so the containers above may all use them.
-    "weightstore._reader_base": 2,
-    "weightstore._writer_base": 2,
-    "weightstore._slice": 2,
-    "weightstore._format": 2,
+    "weightstore.container": 2,
     "weightstore.entry": 2,
     # 3: container formats; the PyTorch reader is also held to STANDS_ALONE.
     "weightstore.burnpack": 3,
     "weightstore.safetensors": 3,
     "weightstore.pytorch_reader": 3,
-    # 4: the format registry: the list of FORMAT records and detection.
+    # 4: the format registry and the resolver of what is at a path.
     "weightstore.formats": 4,
-    # 4: sharded sets: a directory of single-file containers and its index.
+    "weightstore.locate": 4,
+    # 4: multi-file checkpoints: sharded sets, and DCP checkpoints (all of weightstore.dcp but
+    # its torch storage classes and its lazy front door).
     "weightstore.sets": 4,
+    "weightstore.dcp": 4,
     # 5: snapshots and path strings.
     "weightstore.snapshot": 5,
     "weightstore.paths": 5,
-    # 6: snapshot-to-snapshot transforms, and the load report built from paths.
+    # 6: snapshot-to-snapshot transforms; the load report (data, diagnosis, text) and the load
+    # plan's types and rules, which bridges receive.
     "weightstore.adapters": 6,
     "weightstore.apply_result": 6,
     # 7: model bridges, and collect/apply, which walk a model through them. They sit below the
@@ -75,11 +71,11 @@ LAYERS: dict[str, int] = {
     "weightstore.transfer": 7,
     # 8: stores over the registry.
     "weightstore.stores": 8,
-    # 9: the simple API.
+    # 9: the simple API, and what runs on torch.distributed.
     "weightstore.record": 9,
     "weightstore.module_snapshot": 9,
     "weightstore.distributed": 9,  # tensor-parallel loads and rank-aware saves over a store
-    "weightstore.dcp": 9,  # torch.distributed.checkpoint storage on weightstore files
+    "weightstore.dcp._storage": 9,  # torch.distributed.checkpoint storage classes
     # 10: the commands people type, and the package root that re-exports everything.
     "weightstore.cli": 10,
     "weightstore.__main__": 10,
@@ -102,18 +98,18 @@ STANDS_ALONE: dict[str, StandsAlone] = {
             {
                 "weightstore.dtypes",
                 "weightstore.errors",
-                "weightstore._bytesource",
-                "weightstore._format",  # the FORMAT record type: a plain record, no behaviour
-                "weightstore._render",  # bounded_repr: standard library only
-                "weightstore._record",  # the record base: standard library only
-                "weightstore._gc",  # collector_paused: standard library only
+                "weightstore.io",  # byte sources: local, memory, and URLs by range reads
+                "weightstore.container._format",  # the FORMAT record type: a plain record
+                "weightstore.base._render",  # bounded_repr: standard library only
+                "weightstore.base._record",  # the record base: standard library only
+                "weightstore.base._gc",  # collector_paused: standard library only
             }
         ),
         frozenset({"numpy"}),
     ),
     # Path strings only: stores and model bridges share it, whatever they hold.
     "weightstore.paths": StandsAlone(
-        frozenset({"weightstore.errors", "weightstore._record"}), frozenset()
+        frozenset({"weightstore.errors", "weightstore.base._record"}), frozenset()
     ),
 }
 
@@ -131,13 +127,13 @@ HEAVY_IMPORTS: dict[str, HeavyRule] = {
         frozenset(
             {
                 "weightstore.bridge._torch",
-                "weightstore.bridge._distributed",
-                "weightstore.bridge._dcp",  # torch.distributed.checkpoint storage
+                "weightstore.distributed._torch",
+                "weightstore.dcp._storage",  # torch.distributed.checkpoint storage
             }
         ),
         lazy_elsewhere=False,
     ),
-    "fsspec": HeavyRule(frozenset({"weightstore._remote"}), lazy_elsewhere=False),
+    "fsspec": HeavyRule(frozenset({"weightstore.io._fs"}), lazy_elsewhere=False),
     # The JAX bridge is imported only for a JAX model (bridge_for), and imports flax only
     # for an NNX module, found without importing it.
     "jax": HeavyRule(frozenset({"weightstore.bridge._jax"}), lazy_elsewhere=False),
@@ -307,7 +303,7 @@ def test_the_import_reader_sees_lazy_and_relative_imports_and_skips_type_checkin
     code = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    import torch\nelse:\n    import numpy\n"
-        "def f():\n    from weightstore import cli, _version\n"
+        "def f():\n    from weightstore import cli, dtypes\n"
         "from . import _base\n"
         "from .. import errors\n"
     )
@@ -316,7 +312,90 @@ def test_the_import_reader_sees_lazy_and_relative_imports_and_skips_type_checkin
         ("typing", False),
         ("numpy", False),
         ("weightstore.cli", True),  # a submodule imported by name from its package
-        ("weightstore._version", True),
+        ("weightstore.dtypes", True),
         ("weightstore.stores._base", False),  # relative to the package itself
         ("weightstore.errors", False),
     }
+
+
+def _every_import(path: Path) -> list[str]:
+    """Every weightstore module `path` imports: at module level, inside functions and under
+    ``if TYPE_CHECKING:`` alike (a type-only import still ties the two modules together)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module = _module_name(path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [t for t in _targets(node, module) if t.split(".")[0] == ROOT]
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports. Importing ``pkg.sub`` runs ``pkg`` first, but
+    that edge is the interpreter's, not the code's: a package's ``__init__`` that imports
+    nothing of its submodules ties no knot, so only written imports are edges."""
+    modules = {_module_name(path): path for path in _sources()}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        graph[module] = {
+            target for target in _every_import(path) if target in modules and target != module
+        }
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm, with
+    an explicit stack: the package is deep enough to make recursion a risk)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles_counting_lazy_and_type_only_imports() -> None:
+    cycles = _cycles(_import_graph())
+    listing = "\n".join(" <-> ".join(cycle) for cycle in cycles)
+    assert not cycles, f"modules that import each other, directly or around a loop:\n{listing}"
+
+
+def test_the_cycle_finder_finds_a_loop_and_passes_a_chain() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -1,5 +1,5 @@
-"""`weightstore._render.bounded_repr`: repr's text for small values, bounded work and length for
-hostile ones (cycles, shared references, huge ints and strings)."""
+"""`weightstore.base._render.bounded_repr`: repr's text for small values, bounded work and
+length for hostile ones (cycles, shared references, huge ints and strings)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from weightstore._render import MAX_REPR_SIZE, bounded_repr
+from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
 
 
 @pytest.mark.parametrize(

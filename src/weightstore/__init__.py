@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from weightstore._version import __version__
+from weightstore.base._version import __version__
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` provides them
     from weightstore import burnpack, dtypes, formats
@@ -154,7 +154,7 @@ _HOME: dict[str, str] = {
     "TensorEntry": "weightstore.entry",
     **dict.fromkeys(_ERROR_NAMES, "weightstore.errors"),
     "FORMATS": "weightstore.formats",
-    "ContainerFormat": "weightstore._format",
+    "ContainerFormat": "weightstore.container._format",
     "detect_format": "weightstore.formats",
     "open_reader": "weightstore.formats",
     "ModuleSnapshot": _MODULE_SNAPSHOT,

@@ -41,7 +41,7 @@ import errno
 import os
 from typing import ClassVar, Final
 
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 
 __all__ = [
     "ArchiveError",

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
-from weightstore._format import PROBE_SIZE, ContainerFormat
+from weightstore.container._format import PROBE_SIZE, ContainerFormat
 
 if TYPE_CHECKING:
-    from weightstore._format import TensorReader
+    from weightstore.container._format import TensorReader
 from weightstore.errors import UnsupportedFormatError
 
 __all__ = [
@@ -110,14 +110,15 @@ def read_probe(
     """A file's first `PROBE_SIZE` bytes and its total size: what detection looks at.
 
     For a URL this is the object's first range request, and the reader that opens the same
-    URL right after takes over that request's bytes (`weightstore._remote_source`), so
+    URL right after takes over that request's bytes (`weightstore.io._remote_source`), so
     detecting and opening cost one request together.
     """
-    from weightstore._bytesource import is_url, open_readable  # with the first probe
+    from weightstore.io import is_url
+    from weightstore.io._source import open_readable  # with the first probe
 
     filename = os.fspath(path)
     if is_url(filename):
-        from weightstore._remote_source import probe_remote
+        from weightstore.io._remote_source import probe_remote
 
         source = probe_remote(filename, storage_options)
         return source.head[:PROBE_SIZE], source.size

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from weightstore._format import TensorReader
+from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import WeightstoreError
 

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weightstore import burnpack
-from weightstore._reader_base import MAX_ARRAY_SIZE, MAX_DIMS
 from weightstore.burnpack import BurnpackReader
 from weightstore.burnpack._layout import CBOR_TAGS_CBOR2_DECODES
+from weightstore.container._reader import MAX_ARRAY_SIZE, MAX_DIMS
 from weightstore.entry import TensorEntry
 from weightstore.errors import DescriptorError, LimitExceeded, MetadataError, WeightstoreError
 

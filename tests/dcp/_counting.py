@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
-from weightstore._bytesource import PreadSource
 from weightstore.burnpack import _reader as burnpack_reader
+from weightstore.io._source import PreadSource
 from weightstore.safetensors import _reader as safetensors_reader
 
 TENSOR_DATA = "tensor data"  # what the readers name a read of a tensor's bytes

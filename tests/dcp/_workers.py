@@ -289,7 +289,7 @@ class _KillingWriter(BurnpackStorageWriter):
         if self.when == "before-commit":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.when == "after-commit":
-            from weightstore.sets import _dcp_commit
+            from weightstore.dcp import _commit as _dcp_commit
 
             def killed(directory: str, keep: Any) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -37,20 +37,20 @@ def test_public_names() -> None:
 
 def test_importing_it_loads_nothing_heavy() -> None:
     loaded = _loaded_after("import weightstore.dcp")
-    assert loaded.isdisjoint({"torch", "numpy", "weightstore.bridge._dcp"}), loaded
+    assert loaded.isdisjoint({"torch", "numpy", "weightstore.dcp._storage"}), loaded
 
 
 def test_reading_a_checkpoint_loads_no_torch() -> None:
     loaded = _loaded_after(
         "import weightstore.dcp as d\n"
-        "assert d.open_dcp.__module__ == 'weightstore.sets._dcp_reader'\n"
+        "assert d.open_dcp.__module__ == 'weightstore.dcp._reader'\n"
         "assert not d.is_dcp_checkpoint('.')"
     )
-    assert "torch" not in loaded and "weightstore.sets._dcp_reader" in loaded
+    assert "torch" not in loaded and "weightstore.dcp._reader" in loaded
 
 
 def test_the_storage_classes_resolve_on_first_use() -> None:
     pytest.importorskip("torch")
-    from weightstore.bridge._dcp import BurnpackStorageWriter
+    from weightstore.dcp._storage import BurnpackStorageWriter
 
     assert weightstore.dcp.BurnpackStorageWriter is BurnpackStorageWriter

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from weightstore.dtypes import from_name
-from weightstore.errors import LimitExceeded, SetError
-from weightstore.sets._dcp_index import (
+from weightstore.dcp._index import (
     DCP_INDEX_NAME,
     MAX_DCP_INDEX_DEPTH,
     DcpChunk,
@@ -24,6 +22,8 @@ from weightstore.sets._dcp_index import (
     rank_file_name,
     read_dcp_index,
 )
+from weightstore.dtypes import from_name
+from weightstore.errors import LimitExceeded, SetError
 
 SET_ID = "0123456789abcdef0123456789abcdef"
 FILE0, FILE1 = rank_file_name(0, SET_ID, "bpk"), rank_file_name(1, SET_ID, "bpk")

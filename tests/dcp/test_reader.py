@@ -20,11 +20,7 @@ from hypothesis import strategies as st
 
 from weightstore import BurnpackStore, SafetensorsStore, Store, burnpack, load_from
 from weightstore.cli import main as cli
-from weightstore.dtypes import from_numpy
-from weightstore.entry import TensorEntry
-from weightstore.errors import SetError, SetMismatchError, SliceError, UnsupportedFormatError
-from weightstore.safetensors import SafetensorsReader
-from weightstore.sets._dcp_index import (
+from weightstore.dcp._index import (
     CHUNKS_KEY,
     DCP_INDEX_NAME,
     DcpChunk,
@@ -32,7 +28,11 @@ from weightstore.sets._dcp_index import (
     dcp_index_bytes,
     rank_file_name,
 )
-from weightstore.sets._dcp_reader import open_dcp
+from weightstore.dcp._reader import open_dcp
+from weightstore.dtypes import from_numpy
+from weightstore.entry import TensorEntry
+from weightstore.errors import SetError, SetMismatchError, SliceError, UnsupportedFormatError
+from weightstore.safetensors import SafetensorsReader
 from weightstore.sets._index import SET_ID_KEY
 
 SET_ID = "fedcba9876543210fedcba9876543210"

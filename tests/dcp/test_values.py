@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from weightstore.errors import SetError
-from weightstore.sets import _dcp_values
-from weightstore.sets._dcp_values import (
+from weightstore.dcp import _values as _dcp_values
+from weightstore.dcp._values import (
     MAX_VALUE_NODES,
     OpaqueValue,
     decode_saved_value,
     from_json,
     to_json,
 )
+from weightstore.errors import SetError
 
 torch = pytest.importorskip("torch")
 

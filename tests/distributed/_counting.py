@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
 
-from weightstore._bytesource import PreadSource
+from weightstore.io._source import PreadSource
 from weightstore.safetensors import _reader
 
 

@@ -27,8 +27,8 @@ def main(port: str, process_id: int, path: str) -> None:
     from jax.sharding import PartitionSpec as P
 
     from weightstore import BurnpackStore
-    from weightstore._bytesource import MmapSource
     from weightstore.bridge import load_tree
+    from weightstore.io._source import MmapSource
 
     reads: list[tuple[str, int]] = []
     read, array = MmapSource.read, MmapSource.array

@@ -20,9 +20,9 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from weightstore import BurnpackStore, SafetensorsStore, save_into  # noqa: E402
-from weightstore._bytesource import MmapSource  # noqa: E402
 from weightstore.adapters import PyTorchToFlaxAdapter  # noqa: E402
 from weightstore.bridge import load_tree  # noqa: E402
+from weightstore.io._source import MmapSource  # noqa: E402
 
 if len(jax.devices()) < 4:  # tests/jax/conftest.py asks for four before any backend starts
     pytest.skip(

@@ -1,5 +1,5 @@
 """The reader protocol every weightstore reader shares (`_reader.py`, `TensorSlice` in
-`_tensors.py`), and the mapped file's lifetime (`weightstore._bytesource.MmapSource`): arrays
+`_tensors.py`), and the mapped file's lifetime (`weightstore.io._source.MmapSource`): arrays
 outlive a closed reader, and closing unmaps the file once no array views it. Needs no torch."""
 
 from __future__ import annotations

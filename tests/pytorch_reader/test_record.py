@@ -1,5 +1,6 @@
-"""The reader's value records (on `weightstore._record`): they behave as the frozen dataclasses they
-replaced, and no class on the load path is a dataclass (generating one costs a millisecond)."""
+"""The reader's value records (on `weightstore.base._record`): they behave as the frozen
+dataclasses they replaced, and no class on the load path is a dataclass (generating one costs
+a millisecond)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from weightstore.pytorch_reader._opcodes import OPCODES
 from weightstore.pytorch_reader._reader import PytorchMetadata
 
 LOAD_PATH_MODULES = [
-    "weightstore._record", *(f"weightstore.pytorch_reader.{name}" for name in (
+    "weightstore.base._record", *(f"weightstore.pytorch_reader.{name}" for name in (
         "_archive", "_globals", "_layout", "_loaded", "_machine", "_objects", "_opcodes",
         "_reader", "_rebuild", "_tensors", "_walk", "_zip",
     )),

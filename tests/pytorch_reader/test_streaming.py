@@ -1,5 +1,5 @@
 """Reading a checkpoint without keeping it resident: ``mode="pread"``, `PytorchReader.release`,
-and the paused collector of an open (`weightstore._gc.collector_paused`)."""
+and the paused collector of an open (`weightstore.base._gc.collector_paused`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from weightstore._gc import collector_paused
+from weightstore.base._gc import collector_paused
 from weightstore.errors import InvalidOptionError, WeightstoreError
 from weightstore.pytorch_reader import PytorchReader
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from weightstore._remote import READ_OPTIONS_KEY, split_options
-from weightstore._remote_source import ReadTuning, plan_blocks
 from weightstore.errors import InvalidOptionError
+from weightstore.io._fs import READ_OPTIONS_KEY, split_options
+from weightstore.io._remote_source import ReadTuning, plan_blocks
 
 MiB = 2**20
 

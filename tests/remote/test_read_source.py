@@ -19,8 +19,6 @@ import pytest
 import safetensors.numpy
 
 from tests.remote.conftest import Counter, HttpServer, read_options, safetensors_bytes
-from weightstore._remote import RemoteReadError, filesystem_for
-from weightstore._remote_source import RemoteSource
 from weightstore.errors import (
     DescriptorError,
     FileMissingError,
@@ -28,6 +26,8 @@ from weightstore.errors import (
     LimitExceeded,
     TruncatedError,
 )
+from weightstore.io._fs import RemoteReadError, filesystem_for
+from weightstore.io._remote_source import RemoteSource
 from weightstore.safetensors import SafetensorsReader
 
 HEAD = 64 * 1024
@@ -247,7 +247,7 @@ from weightstore import Store
 model = {{"w": np.zeros(3, np.float32)}}
 Store.from_file({str(path)!r}).apply_to(model)
 assert model["w"].sum() == 3
-loaded = [m for m in ("fsspec", "weightstore._remote", "weightstore._remote_source")
+loaded = [m for m in ("fsspec", "weightstore.io._fs", "weightstore.io._remote_source")
           if m in sys.modules]
 assert not loaded, loaded
 """

@@ -61,8 +61,8 @@ _SAVER = textwrap.dedent(
         for name, seed in (("A", 1), ("B", 2))
     }
     store = SafetensorsStore.from_file(folder, storage_options=options).overwrite()
-    import weightstore.safetensors, weightstore.sets._writer, weightstore._remote_write
-    from weightstore._remote import filesystem_for
+    import weightstore.safetensors, weightstore.sets._writer, weightstore.io._remote_write
+    from weightstore.io._fs import filesystem_for
     filesystem_for(folder, options)[0].ls(folder.split("/")[2])  # connected, caches warm
     print("ready", flush=True)
     for line in sys.stdin:

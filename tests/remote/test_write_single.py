@@ -1,4 +1,4 @@
-"""Saving one file to a URL (`weightstore._remote_write`, through `write_atomic` and the stores):
+"""Saving one file to a URL (`weightstore.io._remote_write`, through `write_atomic` and the stores):
 the object streams into an upload that becomes the object only when the save completes, so it
 is absent (or keeps its old bytes) until then and after any failure, and no upload is left.
 
@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from weightstore import BurnpackStore, SafetensorsStore
-from weightstore._atomic import write_atomic
 from weightstore.dtypes import from_numpy
 from weightstore.errors import DestinationExistsError, SaveFailedError
+from weightstore.io._atomic import write_atomic
 from weightstore.snapshot import TensorSnapshot
 
 pytest.importorskip("fsspec")

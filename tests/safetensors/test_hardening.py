@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weightstore import safetensors
-from weightstore._reader_base import MAX_ARRAY_SIZE, MAX_DIMS
+from weightstore.container._reader import MAX_ARRAY_SIZE, MAX_DIMS
 from weightstore.entry import TensorEntry
 from weightstore.errors import DescriptorError, LimitExceeded, MetadataError, SliceError
 from weightstore.safetensors import SafetensorsReader

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from tests.safetensors.conftest import Opener
 from weightstore import safetensors
-from weightstore._bytesource import MemorySource
 from weightstore.entry import TensorEntry
 from weightstore.errors import SliceError
+from weightstore.io._source import MemorySource
 from weightstore.safetensors import SafetensorsReader
 
 

@@ -459,7 +459,7 @@ def test_an_index_that_cannot_be_written_leaves_the_old_set_alone(
 def test_a_failure_after_the_index_is_renamed_keeps_the_new_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from weightstore import _atomic
+    from weightstore.io import _atomic
 
     _save(tmp_path, _arrays(0), 3 * KB)
     plain = _atomic._fsync_directory

@@ -26,7 +26,6 @@ from weightstore import (
     load_from,
     save_into,
 )
-from weightstore._bytesource import open_source
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import (
     FileMissingError,
@@ -34,6 +33,7 @@ from weightstore.errors import (
     SetError,
     UnsupportedFormatError,
 )
+from weightstore.io._open import open_source
 from weightstore.safetensors import SafetensorsReader
 
 # store, the name given, the file a read opens (the extension rule applied)

@@ -13,7 +13,7 @@ import pytest
 
 import weightstore.stores._base as store_base
 from weightstore import BurnpackStore, SafetensorsStore, load_from, save_into
-from weightstore._gc import collector_paused
+from weightstore.base._gc import collector_paused
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import UnsupportedFormatError
 from weightstore.safetensors import SafetensorsReader

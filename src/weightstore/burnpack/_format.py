@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.burnpack._magic import EXTENSION, MAGIC, MAGIC_BYTES
+from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 
 if TYPE_CHECKING:
     from weightstore.burnpack._reader import BurnpackReader
@@ -18,12 +19,6 @@ if TYPE_CHECKING:
     from weightstore.entry import TensorEntry
 
 __all__ = ["EXTENSION", "FORMAT", "MAGIC", "MAGIC_BYTES"]
-
-# What the registry needs to recognise a file; here rather than in `_layout` (which re-exports
-# them) so that listing the format loads no layout code.
-MAGIC: Final = 0x4255524E  # "BURN" as a u32; "NRUB" as bytes
-MAGIC_BYTES: Final = MAGIC.to_bytes(4, "little")  # how a file starts: b"NRUB"
-EXTENSION: Final = "bpk"  # what Burn appends to a path without an extension
 
 
 def _sniff(head: bytes, size: int) -> bool:

@@ -31,12 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 
 # Defined beside the registry record, which needs them without this module; re-exported here.
-from weightstore.burnpack._format import EXTENSION as EXTENSION
-from weightstore.burnpack._format import MAGIC as MAGIC
-from weightstore.burnpack._format import MAGIC_BYTES as MAGIC_BYTES
+from weightstore.burnpack._magic import EXTENSION as EXTENSION
+from weightstore.burnpack._magic import MAGIC as MAGIC
+from weightstore.burnpack._magic import MAGIC_BYTES as MAGIC_BYTES
 from weightstore.dtypes import DType, import_on_first_use
 
 if TYPE_CHECKING:

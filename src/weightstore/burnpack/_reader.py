@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
-from weightstore._bytesource import ByteSource, ReadMode, is_url, open_source
-from weightstore._format import path_for_read
-from weightstore._reader_base import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
-from weightstore._render import MAX_REPR_SIZE, bounded_repr
-from weightstore._slice import TensorSlice
+from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -37,6 +33,9 @@ from weightstore.burnpack._layout import (
     decode_metadata,
     duplicate_key_in,
 )
+from weightstore.container._format import path_for_read
+from weightstore.container._reader import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
+from weightstore.container._slice import TensorSlice
 from weightstore.dtypes import DType, from_burnpack, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
@@ -48,6 +47,9 @@ from weightstore.errors import (
     TruncatedError,
     UnsupportedVersionError,
 )
+from weightstore.io import is_url
+from weightstore.io._open import open_source
+from weightstore.io._source import ByteSource, ReadMode
 
 if TYPE_CHECKING:
     import numpy as np

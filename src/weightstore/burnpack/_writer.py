@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from weightstore._format import path_for_write
-from weightstore._writer_base import ContainerWriter
 from weightstore.burnpack._layout import (
     EXTENSION,
     FORMAT_VERSION,
@@ -26,6 +24,8 @@ from weightstore.burnpack._layout import (
     data_start,
     encode_metadata,
 )
+from weightstore.container._format import path_for_write
+from weightstore.container._writer import ContainerWriter
 from weightstore.entry import TensorEntry
 from weightstore.errors import DTypeError, EntryError
 

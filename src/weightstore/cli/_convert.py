@@ -44,11 +44,12 @@ from weightstore.adapters import (
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_OK, about
 from weightstore.cli._modules import Layout, TypeRule, assign_owners, infer_owners
-from weightstore.cli._open import is_set_path, is_url, storage_options_of
+from weightstore.cli._open import is_set_path, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
+from weightstore.io import is_url
 from weightstore.paths import PathFilter
 from weightstore.snapshot import TensorSnapshot
 from weightstore.stores import Store, StoreOptions
@@ -234,7 +235,7 @@ def _size_of_file(path: str, storage_options: dict[str, Any] | None) -> int:
 
 
 def _size_of_url(url: str, storage_options: dict[str, Any] | None) -> int:
-    from weightstore._remote import filesystem_for
+    from weightstore.io._fs import filesystem_for
 
     fs, path = filesystem_for(url, storage_options)
     return int(fs.size(path))

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from weightstore._format import ContainerFormat, TensorReader
 from weightstore.cli._compare import Difference, compare_arrays, compare_bytes
 from weightstore.cli._errors import EXIT_DIFFERENT, EXIT_OK, about
 from weightstore.cli._open import honours_top_level_key, open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import dump_json, json_number, plural, printable
+from weightstore.container._format import ContainerFormat, TensorReader
 from weightstore.errors import DTypeError, InvalidOptionError
 
 __all__ = ["DiffReport", "Side", "add_parser", "compare_files", "run"]

@@ -15,8 +15,9 @@ import os
 from typing import Any
 
 from weightstore import formats
-from weightstore._format import ContainerFormat, TensorReader
+from weightstore.container._format import ContainerFormat, TensorReader
 from weightstore.errors import FileMissingError, InvalidOptionError
+from weightstore.io import is_url
 
 __all__ = ["honours_top_level_key", "is_set_path", "is_url", "open_file", "storage_options_of"]
 
@@ -52,15 +53,6 @@ def storage_options_of(args: argparse.Namespace) -> dict[str, Any] | None:
     return options
 
 
-def is_url(path: str) -> bool:
-    """Whether `path` is a URL rather than a local path."""
-    if "://" not in path:
-        return False
-    from weightstore._bytesource import is_url as url
-
-    return url(path)
-
-
 def is_set_path(path: str, storage_options: dict[str, Any] | None = None) -> bool:
     """Whether `path` names a sharded set (a directory or an index file) rather than a file;
     a URL is a set when it names an index, or no object but a folder holding objects."""
@@ -84,7 +76,7 @@ def is_set_path(path: str, storage_options: dict[str, Any] | None = None) -> boo
 def is_dcp_checkpoint(path: str) -> bool:
     """Whether `path` is a `torch.distributed.checkpoint` directory (or its index) saved
     through `weightstore.dcp`."""
-    from weightstore.sets._layout import is_dcp_checkpoint as is_dcp
+    from weightstore.dcp._names import is_dcp_checkpoint as is_dcp
 
     return is_dcp(path)
 
@@ -114,7 +106,7 @@ def open_file(
     if is_url(path):
         remote["storage_options"] = storage_options
     elif is_dcp_checkpoint(path):  # whole tensors put together from the ranks' chunks
-        from weightstore.sets._dcp_reader import open_dcp
+        from weightstore.dcp._reader import open_dcp
 
         dcp_reader = open_dcp(path)
         _options(dcp_reader.format, top_level_key, strict)

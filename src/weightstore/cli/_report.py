@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
-from weightstore.cli._open import is_dcp_checkpoint, is_set_path, is_url
+from weightstore.cli._open import is_dcp_checkpoint, is_set_path
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -34,6 +34,7 @@ from weightstore.errors import (
     UnsupportedObjectError,
 )
 from weightstore.formats import FORMATS, detect_format, read_probe
+from weightstore.io import is_url
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
@@ -235,7 +236,7 @@ def _summarize_dcp(path: str) -> FileReport:
     """A `torch.distributed.checkpoint` directory: every tensor whole (put together from its
     chunks), its plain values as objects, and its rank files as the set's shards (a rank
     file's tensors are its chunks); files the index does not name are listed as ignored."""
-    from weightstore.sets._dcp_reader import open_dcp
+    from weightstore.dcp._reader import open_dcp
 
     with open_dcp(path) as reader:
         rows = [

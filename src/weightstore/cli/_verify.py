@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 import numpy as np
 
-from weightstore._format import TensorReader
 from weightstore.cli._errors import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -37,6 +36,7 @@ from weightstore.cli._objects import Scan, scan_globals
 from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
+from weightstore.container._format import TensorReader
 from weightstore.errors import DTypeError, WeightstoreError
 from weightstore.sets._discover import SetWarning
 

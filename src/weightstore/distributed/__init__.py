@@ -5,7 +5,7 @@ by an explicit ``{regex: dim}`` plan or by the model's own ``DTensor`` placement
 ``Shard(dim)`` rule (`chunk_bounds`). `save` writes a model whose parameters are DTensors into
 one sharded set, each rank writing the tensors it owns and rank 0 committing the index.
 
-Nothing here imports torch; `weightstore.bridge._distributed` does, when a torch model or a
+Nothing here imports torch; `weightstore.distributed._torch` does, when a torch model or a
 process group is involved.
 """
 

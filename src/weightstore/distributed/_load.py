@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from weightstore.apply_result import ApplyResult
-    from weightstore.bridge._distributed import DTensorLayout
+    from weightstore.distributed._torch import DTensorLayout
     from weightstore.stores import Store
 
 __all__ = ["load", "sliced_snapshots"]
@@ -101,7 +101,7 @@ def _target(model: object, device: Any) -> tuple[object, DTensorLayout | None]:
     """What to load into (the model, or a rank's bridge over its DTensors) and the layout."""
     if not is_torch_module(model):
         return model, None
-    from weightstore.bridge._distributed import DTensorBridge, dtensor_layout
+    from weightstore.distributed._torch import DTensorBridge, dtensor_layout
 
     layout = dtensor_layout(model)  # type: ignore[arg-type]
     if layout is None:
@@ -132,7 +132,7 @@ def _place(
     if layout is not None:
         return layout.rank, layout.world_size
     try:
-        from weightstore.bridge._distributed import default_rank_and_world
+        from weightstore.distributed._torch import default_rank_and_world
     except ImportError as err:  # no torch: only explicit ranks
         raise InvalidOptionError(
             f"pass rank and world_size (torch.distributed is unavailable: {err})", option="rank"

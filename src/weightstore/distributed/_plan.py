@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 from weightstore.paths import compile_pattern
 

@@ -41,7 +41,7 @@ from weightstore.errors import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from weightstore._format import ContainerFormat
+    from weightstore.container._format import ContainerFormat
     from weightstore.sets._writer import SetPlan
     from weightstore.snapshot import TensorSnapshot
     from weightstore.stores import Store
@@ -95,7 +95,7 @@ def save(store: Store, model: object, *, group: Group | None = None) -> str:
         'ckpt/model.safetensors.index.json'
     """
     if group is None:
-        from weightstore.bridge._distributed import TorchGroup
+        from weightstore.distributed._torch import TorchGroup
 
         group = TorchGroup()
     ranks, where = range(group.world_size), str(getattr(store, "_path", None) or "<memory>")
@@ -295,7 +295,7 @@ def _snapshots(store: Store, model: object) -> tuple[list[TensorSnapshot], str |
 
     gathers = False
     if is_torch_module(model):
-        from weightstore.bridge._distributed import GatheringSource, has_dtensors
+        from weightstore.distributed._torch import GatheringSource, has_dtensors
 
         gathers = has_dtensors(model)  # type: ignore[arg-type]
         source: Any = GatheringSource(model)  # type: ignore[arg-type]

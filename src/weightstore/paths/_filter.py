@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 from weightstore.paths._regex import compile_pattern
 

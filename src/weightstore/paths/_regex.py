@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 
 # Escapes that only Rust understands, outside character classes; each becomes a Python equivalent.

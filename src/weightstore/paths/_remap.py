@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import InvalidOptionError, RemapCollisionError
 from weightstore.paths._regex import Replacement, compile_pattern, parse_replacement, replace_all
 

@@ -1,6 +1,6 @@
 """Opening a checkpoint: map the file, tell its layout from its bytes, read its pickle.
 
-`open_archive` is the one entry point. It maps the file (a `weightstore._bytesource.MmapSource`),
+`open_archive` is the one entry point. It maps the file (a `weightstore.io._source.MmapSource`),
 detects the layout (zip, tar, legacy, or a plain pickle), refuses anything else
 (torch.package in `_zip`; here, by name, the foreign formats people mistake for
 checkpoints, and by its first bytes everything else), and hands over to the layout's loader
@@ -16,16 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from weightstore._bytesource import (
-    ByteSource,
-    MmapSource,
-    PreadSource,
-    ReadMode,
-    is_url,
-    open_source,
-)
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
+from weightstore.io import is_url
+from weightstore.io._open import open_source
+from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     TAR_MAGIC,

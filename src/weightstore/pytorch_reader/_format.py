@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat
-from weightstore._gc import collector_paused
+from weightstore.base._gc import collector_paused
+from weightstore.container._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     PICKLE_PROTO,

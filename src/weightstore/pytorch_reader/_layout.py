@@ -54,7 +54,7 @@ import struct
 import sys
 from typing import Final
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import InvalidOptionError
 
 # -- signatures and records ---------------------------------------------------------------------

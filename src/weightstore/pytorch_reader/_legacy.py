@@ -17,8 +17,7 @@ from __future__ import annotations
 import struct
 import tarfile
 
-from weightstore._bytesource import ByteSource, MmapSource
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.errors import (
     ArchiveError,
@@ -30,6 +29,7 @@ from weightstore.errors import (
     UnsupportedFormatError,
     UnsupportedVersionError,
 )
+from weightstore.io._source import ByteSource, MmapSource
 from weightstore.pytorch_reader._layout import (
     COUNT,
     COUNT_BE,

@@ -1,5 +1,5 @@
 """What opening a checkpoint yields: the layout's facts (`ArchiveInfo`) and the decoded root
-object with what to close when done (`Loaded`). The file itself is a `weightstore._bytesource`
+object with what to close when done (`Loaded`). The file itself is a `weightstore.io._source`
 `MmapSource`, mapped once by `_archive.open_archive`.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from weightstore._record import ValueRecord
-from weightstore._render import bounded_repr
+from weightstore.base._record import ValueRecord
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import DType, from_torch
 
 if TYPE_CHECKING:

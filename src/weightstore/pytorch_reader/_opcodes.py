@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 from weightstore.errors import LimitExceeded, PickleError, TruncatedError
 from weightstore.pytorch_reader._layout import MAX_DIGITS, MAX_LINE_SIZE, MAX_LONG_SIZE
 

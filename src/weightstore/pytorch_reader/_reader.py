@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from weightstore._bytesource import ReadMode
-from weightstore._gc import collector_paused
-from weightstore._record import ValueRecord
+from weightstore.base._gc import collector_paused
+from weightstore.base._record import ValueRecord
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
+from weightstore.io._source import ReadMode
 from weightstore.pytorch_reader._archive import open_archive
 from weightstore.pytorch_reader._layout import (
     MAX_CONTAINER_SIZE,

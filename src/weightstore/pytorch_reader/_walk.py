@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import import_on_first_use
 from weightstore.errors import DescriptorError, LimitExceeded
 from weightstore.pytorch_reader._layout import Limits
@@ -294,7 +294,7 @@ def _module_size(value: InertObject) -> int:
 
 def short_repr(value: object, limit: int = _SHORT_SIZE) -> str:
     """A one-line description of `value`, at most `limit` characters, at bounded cost whatever
-    the value (`weightstore._render.bounded_repr`, which knows tensors and inert records)."""
+    the value (`weightstore.base._render.bounded_repr`, which knows tensors and inert records)."""
     return bounded_repr(value, limit=limit, leaf=_leaf)
 
 

@@ -17,8 +17,7 @@ import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from weightstore._bytesource import ByteSource, MmapSource, SourceFile
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import import_on_first_use
 from weightstore.errors import (
     ArchiveError,
@@ -27,6 +26,7 @@ from weightstore.errors import (
     MissingStorageError,
     UnsupportedFormatError,
 )
+from weightstore.io._source import ByteSource, MmapSource, SourceFile
 from weightstore.pytorch_reader._layout import (
     ALIGNMENT_RECORD,
     BYTEORDER_RECORD,

@@ -25,7 +25,7 @@ from weightstore.safetensors._layout import (
 )
 
 if TYPE_CHECKING:
-    from weightstore._slice import TensorSlice
+    from weightstore.container._slice import TensorSlice
     from weightstore.entry import TensorEntry
     from weightstore.safetensors._reader import SafetensorsReader
     from weightstore.safetensors._writer import SafetensorsWriter
@@ -81,7 +81,7 @@ def write_file(
 _LAZY: dict[str, str] = {
     "SafetensorsReader": "weightstore.safetensors._reader",
     "SafetensorsWriter": "weightstore.safetensors._writer",
-    "TensorSlice": "weightstore._slice",
+    "TensorSlice": "weightstore.container._slice",
 }
 
 

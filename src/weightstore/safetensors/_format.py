@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from weightstore._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 from weightstore.safetensors._layout import (
     EXTENSION,
     HEADER_SIZE_FIELD,

@@ -36,7 +36,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 
 if TYPE_CHECKING:  # annotations only: the registry lists this format without the dtype table
     from weightstore.dtypes import DType

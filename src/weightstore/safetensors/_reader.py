@@ -24,11 +24,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._bytesource import ByteSource, ReadMode, open_source
-from weightstore._gc import collector_paused
-from weightstore._reader_base import ContainerReader, Span, parse_shape_and_offsets, spans_of
-from weightstore._render import bounded_repr
-from weightstore._slice import TensorSlice
+from weightstore.base._gc import collector_paused
+from weightstore.base._render import bounded_repr
+from weightstore.container._reader import ContainerReader, Span, parse_shape_and_offsets, spans_of
+from weightstore.container._slice import TensorSlice
 from weightstore.dtypes import ALL_DTYPES, DType, from_safetensors, import_on_first_use
 from weightstore.errors import (
     DescriptorError,
@@ -39,6 +38,8 @@ from weightstore.errors import (
     TruncatedError,
     WeightstoreError,
 )
+from weightstore.io._open import open_source
+from weightstore.io._source import ByteSource, ReadMode
 from weightstore.safetensors._layout import (
     HEADER_SIZE_FIELD,
     MAX_HEADER_SIZE,

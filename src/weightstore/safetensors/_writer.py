@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from weightstore._writer_base import ContainerWriter
+from weightstore.container._writer import ContainerWriter
 from weightstore.entry import TensorEntry
 from weightstore.errors import DTypeError, EntryError
 from weightstore.safetensors._layout import (

@@ -27,8 +27,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from weightstore._record import Record
+from weightstore.base._record import Record
 from weightstore.errors import SetError, UnsupportedFormatError
+from weightstore.io import is_url
 from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
 
 __all__ = [
@@ -142,7 +143,7 @@ def find_set(
     """
     filename = os.fspath(path)
     match = INDEX_NAME.fullmatch(os.path.basename(filename))
-    if _is_url(filename) and match is None:  # a folder: whether it is one costs a listing
+    if is_url(filename) and match is None:  # a folder: whether it is one costs a listing
         return _find_in_directory(filename.rstrip("/"), format_name, variant, storage_options)
     if os.path.isdir(filename):
         return _find_in_directory(filename, format_name, variant)
@@ -378,8 +379,8 @@ def _files_in(directory: str, storage_options: Mapping[str, Any] | None = None) 
     """The names of the files (or symlinks to files) in `directory`, sorted. For a URL, the
     objects directly under its prefix (one listing; none where the store cannot list, as
     plain HTTP servers cannot: open a set there by its index's URL)."""
-    if _is_url(directory):
-        from weightstore._remote_write import list_names
+    if is_url(directory):
+        from weightstore.io._remote_write import list_names
 
         return sorted(list_names(directory, storage_options) or [])
     try:
@@ -387,12 +388,3 @@ def _files_in(directory: str, storage_options: Mapping[str, Any] | None = None) 
             return sorted(entry.name for entry in entries if entry.is_file())
     except FileNotFoundError:
         return []
-
-
-def _is_url(path: str) -> bool:
-    """`weightstore._remote.is_url`, loaded only for paths that could be one."""
-    if "://" not in path:
-        return False
-    from weightstore._bytesource import is_url
-
-    return is_url(path)

@@ -25,10 +25,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from weightstore._bytesource import is_url, open_readable, open_source
-from weightstore._record import Record
-from weightstore._render import bounded_repr
+from weightstore.base._record import Record
+from weightstore.base._render import bounded_repr
 from weightstore.errors import LimitExceeded, SetError
+from weightstore.io import is_url
+from weightstore.io._open import open_source
+from weightstore.io._source import open_readable
 
 __all__ = [
     "MAX_INDEX_DEPTH",
@@ -242,7 +244,7 @@ def _locate_remote(
     index: SetIndex, first_tensor: dict[str, str], storage_options: Mapping[str, Any] | None
 ) -> dict[str, str]:
     """`locate_shards` for an index at a URL."""
-    from weightstore._remote_write import list_names
+    from weightstore.io._remote_write import list_names
 
     listed = list_names(index.directory, storage_options)
     if listed is not None and os.path.basename(index.path) not in listed:

@@ -22,20 +22,17 @@ The index says which names are live; a reader never guesses from names alone.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Final
 
-from weightstore._record import ValueRecord
+from weightstore.base._record import ValueRecord
 
 __all__ = [
-    "DCP_INDEX_NAME",
     "INDEX_SUFFIX",
     "LAYOUTS",
     "SHARD_NAME",
     "SetLayout",
     "ShardName",
-    "is_dcp_checkpoint",
     "layout_for",
     "parse_shard_name",
 ]
@@ -151,17 +148,3 @@ def layout_for(format_name: str) -> SetLayout:
         if layout.format_name == format_name:
             return layout
     raise KeyError(format_name)
-
-
-DCP_INDEX_NAME: Final = "dcp.index.json"
-"""The index of a `torch.distributed.checkpoint` directory saved through `weightstore.dcp`
-(docs/distributed.md); its rank files are read through `weightstore.sets._dcp_reader`."""
-
-
-def is_dcp_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a directory holding a DCP index, or such an index; reads nothing.
-    Here, with the other names, so that asking it of every path loads no DCP module."""
-    filename = os.fspath(path)
-    if os.path.isdir(filename):
-        return os.path.isfile(os.path.join(filename, DCP_INDEX_NAME))
-    return os.path.basename(filename) == DCP_INDEX_NAME and os.path.isfile(filename)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._record import Record
+from weightstore.base._record import Record
 from weightstore.errors import (
     SetError,
     SetMismatchError,
@@ -45,7 +45,7 @@ from weightstore.sets._index import (
 )
 
 if TYPE_CHECKING:
-    from weightstore._format import ContainerFormat, TensorInfo, TensorReader
+    from weightstore.container._format import ContainerFormat, TensorInfo, TensorReader
     from weightstore.dtypes import DType
 
 __all__ = ["SetReader", "SetReport", "open_set", "set_format_of"]
@@ -528,7 +528,7 @@ def _warn_about(path: str, ignored: list[tuple[str, str]]) -> None:
 
 
 def _warn_tensors(shard: str, verb: str, names: list[str], what: str) -> None:
-    from weightstore._render import bounded_repr
+    from weightstore.base._render import bounded_repr
 
     shown = ", ".join(bounded_repr(n, limit=80) for n in names[:_LISTED_IN_WARNING])
     more = len(names) - _LISTED_IN_WARNING

@@ -11,7 +11,7 @@ A save goes:
    fresh set id and shard names that no file in the directory has: the plain Hugging Face
    names where they are free, else names tagged with the set id, so no new shard ever
    overwrites a file the committed index names.
-2. **Write the shards** (`write_shard`), each atomically (`weightstore._atomic.write_atomic`:
+2. **Write the shards** (`write_shard`), each atomically (`weightstore.io._atomic.write_atomic`:
    scratch file, fsync, link), pulling one tensor at a time; each carries the set id in its
    metadata so a reader can tell a shard of another save from one of this.
 3. **Commit** (`commit_set`): replace the index by an atomic rename (fsynced with its
@@ -31,7 +31,7 @@ from dtype and shape: planning reads no data.
 
 The directory may be a URL (``s3://bucket/prefix``): a folder of objects on a store with no
 rename. The steps are the same, with a completed upload where the disk has a rename
-(`weightstore._remote_write`: an object appears whole or not at all), one listing where the
+(`weightstore.io._remote_write`: an object appears whole or not at all), one listing where the
 disk is asked name by name, deletes in bulk, and at the plan the incomplete uploads of killed
 saves aborted as their scratch files are removed on disk.
 
@@ -54,23 +54,24 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
-# `_remove_stale_scratch`: the liveness test (dead pid, no lock) `write_atomic` itself uses on
-# its destination's scratch files, applied here to every file of the set.
-from weightstore._atomic import _remove_stale_scratch, write_all, write_atomic
-from weightstore._record import ValueRecord
-from weightstore._remote import is_url
+from weightstore.base._record import ValueRecord
 from weightstore.errors import (
     DestinationExistsError,
     EntryError,
     InvalidOptionError,
     SaveFailedError,
 )
+from weightstore.io import is_url
+
+# `_remove_stale_scratch`: the liveness test (dead pid, no lock) `write_atomic` itself uses on
+# its destination's scratch files, applied here to every file of the set.
+from weightstore.io._atomic import _remove_stale_scratch, write_all, write_atomic
 from weightstore.sets._index import SET_ID_KEY  # in the index's "metadata" and every shard's
 from weightstore.sets._layout import SetLayout, parse_shard_name
 
 if TYPE_CHECKING:
-    from weightstore._format import ContainerFormat
-    from weightstore._writer_base import ContainerWriter
+    from weightstore.container._format import ContainerFormat
+    from weightstore.container._writer import ContainerWriter
     from weightstore.entry import TensorEntry
 
 __all__ = [
@@ -361,7 +362,7 @@ def write_set(
         max_shard_size: bytes of tensor data per shard (`weightstore.sets.parse_size`).
         metadata: string pairs for the index and every shard.
         overwrite: replace an existing set or single file.
-        durable: fsync shards, index and directory (`weightstore._atomic`).
+        durable: fsync shards, index and directory (`weightstore.io._atomic`).
         variant: a variant such as ``"fp16"``.
         storage_options: for a URL, passed to its filesystem (``{"endpoint_url": ...}``).
 
@@ -441,7 +442,7 @@ def _join(directory: str, name: str) -> str:
 def _exists(path: str, storage_options: Mapping[str, Any] | None) -> bool:
     """Whether a file (or a link, or an object) is at `path`."""
     if is_url(path):
-        from weightstore._remote_write import exists
+        from weightstore.io._remote_write import exists
 
         return exists(path, storage_options)
     return os.path.lexists(path)
@@ -486,7 +487,7 @@ def _committed_names(
     save, and the new names avoid every file in the directory anyway)."""
     try:
         if is_url(index_path):
-            from weightstore._remote_write import read_head
+            from weightstore.io._remote_write import read_head
 
             head = read_head(index_path, MAX_COMMITTED_INDEX_SIZE + 1, storage_options)
             if head is None:
@@ -576,7 +577,7 @@ def _remove_old_index(
     """Remove the index an unsharded save supersedes; made durable before any old shard goes,
     so no crash leaves an index naming shards that are gone."""
     if is_url(index_path):  # a deleted object is gone for every reader at once
-        from weightstore._remote_write import delete
+        from weightstore.io._remote_write import delete
 
         delete(index_path, storage_options)
         return
@@ -641,7 +642,7 @@ def _remove_unnamed_objects(
     left. There is no writer to ask whether it is alive, and no need: one writer per set, so a
     scratch object of the set's files (left where uploads cannot be deferred) is a killed
     save's."""
-    from weightstore._remote_write import list_names, remove
+    from weightstore.io._remote_write import list_names, remove
 
     listing = list_names(directory, storage_options)
     if listing is None:
@@ -693,7 +694,7 @@ def _prepare_folder(
     """Before planning a save into a folder of objects: forget this process's cached view of
     it (another process may have saved since), and abort the incomplete uploads that killed
     saves of this set's files left (S3: invisible to readers, but stored until aborted)."""
-    from weightstore._remote_write import abort_uploads, forget_cached
+    from weightstore.io._remote_write import abort_uploads, forget_cached
 
     forget_cached(directory, storage_options)
     abort_uploads(directory, functools.partial(_is_set_file, layout, variant), storage_options)
@@ -704,7 +705,7 @@ def _remove_names(
 ) -> None:
     """Remove the files `names` in `directory`, if they can be; housekeeping."""
     if is_url(directory):
-        from weightstore._remote_write import remove
+        from weightstore.io._remote_write import remove
 
         remove(directory, names, storage_options)
         return

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from weightstore.stores._base import Store, StoreOptions
+from weightstore.stores._base import Store
 from weightstore.stores._declared import BurnpackStore, PytorchStore, SafetensorsStore
+from weightstore.stores._options import StoreOptions
 
 if TYPE_CHECKING:
     from weightstore.stores._load_failure import LoadFailedError

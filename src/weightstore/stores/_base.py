@@ -18,9 +18,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
-from weightstore._format import PROBE_SIZE, ContainerFormat
-from weightstore._gc import collector_paused
-from weightstore._version import __version__
+from weightstore.base._gc import collector_paused
+from weightstore.base._version import __version__
+from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import (
     FileMissingError,
     InvalidOptionError,
@@ -36,6 +36,8 @@ from weightstore.formats import (
     read_probe,
     what_it_is,
 )
+from weightstore.io import is_url
+from weightstore.stores._options import StoreOptions
 
 if TYPE_CHECKING:
     # At run time each of these is imported by the one method that needs it (a load, a save,
@@ -68,140 +70,6 @@ def _checked_top_level_key(store: Store, result: ApplyResult) -> str | None:
         return None
     reader.close()
     return key
-
-
-# `StoreOptions`' fields in declaration order: positional arguments, `replace`, equality, repr.
-_OPTION_FIELDS: Final = (
-    "filter", "remapper", "from_adapter", "to_adapter", "allow_partial", "validate",
-    "overwrite", "metadata", "skip_enum_variants", "map_indices_contiguous",
-    "map_indices_except", "top_level_key", "auto_extension", "dedupe_tied", "durable",
-    "max_shard_size", "variant",
-)  # fmt: skip
-
-
-class StoreOptions:
-    """Every setting a store has, immutable. Field names are the option names that
-    `ContainerFormat.store_options` lists; defaults differ per store (`Store._defaults`).
-
-    A plain slotted class rather than a frozen dataclass: the decorator's code generation cost
-    more than the rest of the store's import. It behaves as that dataclass did (keyword or
-    positional fields, equality and hash by value, assignment refused, `replace`).
-    """
-
-    # `filter` and `remapper` are properties over these two: None until first asked for, so a
-    # plain load never imports `weightstore.paths` (its regex machinery costs ~1 ms).
-    __slots__ = ("_filter", "_remapper", *_OPTION_FIELDS[2:])
-
-    _filter: PathFilter | None
-    _remapper: KeyRemapper | None
-    from_adapter: Adapter | None
-    to_adapter: Adapter | None
-    allow_partial: bool
-    validate: bool
-    overwrite: bool
-    metadata: Mapping[str, str]
-    skip_enum_variants: bool
-    map_indices_contiguous: bool
-    map_indices_except: str | None
-    top_level_key: str | None
-    auto_extension: bool
-    dedupe_tied: bool
-    durable: bool
-    max_shard_size: int | None  # bytes per shard; set: saves write a sharded set
-    variant: str | None  # a set's variant ("fp16"): model.fp16-00001-of-00002.safetensors
-
-    def __init__(
-        self,
-        filter: PathFilter | None = None,  # None: a new empty `PathFilter` (no filtering)
-        remapper: KeyRemapper | None = None,  # None: a new `KeyRemapper` without rules
-        from_adapter: Adapter | None = None,
-        to_adapter: Adapter | None = None,
-        allow_partial: bool = False,
-        validate: bool = True,
-        overwrite: bool = False,
-        metadata: Mapping[str, str] | None = None,  # None: no pairs
-        skip_enum_variants: bool = False,
-        map_indices_contiguous: bool = False,
-        map_indices_except: str | None = None,
-        top_level_key: str | None = None,
-        auto_extension: bool = True,
-        dedupe_tied: bool = False,
-        durable: bool = True,
-        max_shard_size: int | None = None,
-        variant: str | None = None,
-    ) -> None:
-        values = (
-            filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
-            {} if metadata is None else metadata, skip_enum_variants, map_indices_contiguous,
-            map_indices_except, top_level_key, auto_extension, dedupe_tied, durable,
-            max_shard_size, variant,
-        )  # fmt: skip
-        for name, value in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, name, value)
-
-    @property
-    def filter(self) -> PathFilter:
-        """Which tensors loads and saves keep; an empty `PathFilter` (keep all) by default."""
-        if self._filter is None:
-            from weightstore.paths import PathFilter
-
-            object.__setattr__(self, "_filter", PathFilter())
-        return cast("PathFilter", self._filter)
-
-    @property
-    def remapper(self) -> KeyRemapper:
-        """How tensor names are renamed; a `KeyRemapper` without rules by default."""
-        if self._remapper is None:
-            from weightstore.paths import KeyRemapper
-
-            object.__setattr__(self, "_remapper", KeyRemapper())
-        return cast("KeyRemapper", self._remapper)
-
-    def active_filter(self) -> PathFilter | None:
-        """The filter when one that drops anything is set, else None (no import, no calls)."""
-        kept = self._filter
-        return None if kept is None or kept.is_empty else kept
-
-    def active_remapper(self) -> KeyRemapper | None:
-        """The remapper when it has rules, else None (no import, no calls)."""
-        rules = self._remapper
-        return None if rules is None or not rules.rules else rules
-
-    def replace(self, **changes: Any) -> StoreOptions:
-        """A copy with the named fields changed (what `dataclasses.replace` did).
-
-        Raises:
-            TypeError: a name that is no field.
-        """
-        # The raw slots: a default filter or remapper not built yet stays unbuilt in the copy.
-        raw = (getattr(self, slot) for slot in self.__slots__)
-        values = dict(zip(_OPTION_FIELDS, raw, strict=True))
-        unknown = changes.keys() - values.keys()
-        if unknown:
-            raise TypeError(f"StoreOptions has no field {sorted(unknown)[0]!r}")
-        values.update(changes)
-        return StoreOptions(**values)
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _OPTION_FIELDS)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}: StoreOptions is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}: StoreOptions is immutable")
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not StoreOptions:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _OPTION_FIELDS)
-        return f"StoreOptions({fields})"
 
 
 class _Output:
@@ -546,7 +414,7 @@ class Store:
         """A reader over the store's source, after checking the bytes are this format's."""
         fmt = self._format()
         if self._path is not None:
-            if _is_url(self._path) and self._options.auto_extension:
+            if is_url(self._path) and self._options.auto_extension:
                 # Burn's rule reads `model` as `model.bpk` only when `model` does not exist,
                 # which for a URL only a request tells: the reader tries both, in that order.
                 return self._open_path(self._path)
@@ -571,7 +439,7 @@ class Store:
         options: dict[str, Any] = {}
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
-        remote = _is_url(filename)
+        remote = is_url(filename)
         storage = self._storage_options
         if remote:
             options["storage_options"] = storage
@@ -655,7 +523,7 @@ class Store:
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
         path = self._file_path(for_write=False)
-        if _is_url(path):
+        if is_url(path):
             options["storage_options"] = self._storage_options
         return read_set_report(self._format(), path, self._options, options)
 
@@ -756,8 +624,8 @@ class Store:
                 "SafetensorsStore",
                 format=fmt.name,
             )
-        from weightstore._atomic import write_atomic
         from weightstore.entry import TensorEntry
+        from weightstore.io._atomic import write_atomic
 
         entries = [
             TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
@@ -799,10 +667,9 @@ class Store:
             return None
         if self._options.max_shard_size is not None:
             return self._path
-        from weightstore._remote import is_url
 
         if is_url(self._path):
-            from weightstore._remote_write import is_directory
+            from weightstore.io._remote_write import is_directory
 
             if self._path.endswith("/"):  # before the extension rule would add ".bpk"
                 return self._path
@@ -889,7 +756,7 @@ class Store:
 
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
-        if path is not None and _is_url(path):  # fetch what the load reads in large batches
+        if path is not None and is_url(path):  # fetch what the load reads in large batches
             from weightstore.stores._remote_plan import plan_reads_for_load
 
             plan_reads_for_load(snapshots, options, path)
@@ -943,7 +810,7 @@ def _format_of_path(path: str, storage_options: Mapping[str, Any] | None = None)
     """The format of an existing file (from its bytes; Burn's extension rule included), or the
     one its extension names when it does not exist yet; for a directory or an index, its set's
     format. A URL is probed with one request, which the reader opened next takes over."""
-    if _is_url(path):
+    if is_url(path):
         return _format_of_url(path, storage_options)
     if path.endswith(".json") or os.path.isdir(path):
         from weightstore.stores._sets import set_format  # sets load with the first set
@@ -964,15 +831,6 @@ def _format_of_path(path: str, storage_options: Mapping[str, Any] | None = None)
         if os.path.isfile(candidate):
             return detect_format(candidate)
     return _format_for_new(path)
-
-
-def _is_url(path: str) -> bool:
-    """`weightstore._remote.is_url`, loaded only for paths that could be one."""
-    if "://" not in path:
-        return False
-    from weightstore._bytesource import is_url
-
-    return is_url(path)
 
 
 def _format_of_url(url: str, storage_options: Mapping[str, Any] | None) -> ContainerFormat:
@@ -1059,7 +917,7 @@ def _save_metadata(
 def _head_of(reader: object) -> tuple[bytes, int] | None:
     """What `read_probe` would return, from an open container reader's own source (no second
     open of the file); None for readers without one (PyTorch's)."""
-    from weightstore._reader_base import ContainerReader  # loaded by then: the reader's base
+    from weightstore.container._reader import ContainerReader  # loaded by then: the reader's base
 
     if not isinstance(reader, ContainerReader):
         return None

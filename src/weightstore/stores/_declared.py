@@ -10,7 +10,8 @@ from-adapter is the identity, since our models are PyTorch already.
 from __future__ import annotations
 
 from weightstore import burnpack, pytorch_reader, safetensors
-from weightstore.stores._base import Store, StoreOptions
+from weightstore.stores._base import Store
+from weightstore.stores._options import StoreOptions
 
 __all__ = ["BurnpackStore", "PytorchStore", "SafetensorsStore"]
 

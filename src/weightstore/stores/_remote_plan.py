@@ -1,6 +1,6 @@
 """Telling a remote reader, before a load reads anything, which tensors the load will read whole.
 
-A load from a URL reads best in a few large, concurrent requests (`weightstore._remote_source`),
+A load from a URL reads best in a few large, concurrent requests (`weightstore.io._remote_source`),
 which needs the whole list up front, while the load itself asks for one tensor at a time. So
 `Store._apply_snapshots` hands the snapshots it is about to apply here first, and each reader
 behind them gets the names of the tensors that will be read whole (`plan_reads`):
@@ -26,7 +26,7 @@ from weightstore.stores._sets import wanted_names
 
 if TYPE_CHECKING:
     from weightstore.snapshot import TensorSnapshot
-    from weightstore.stores._base import StoreOptions
+    from weightstore.stores._options import StoreOptions
 
 __all__ = ["plan_reads_for_load"]
 

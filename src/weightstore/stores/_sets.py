@@ -15,10 +15,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from weightstore.io import is_url
+
 if TYPE_CHECKING:
-    from weightstore._format import ContainerFormat
+    from weightstore.container._format import ContainerFormat
     from weightstore.sets._reader import SetReader, SetReport
-    from weightstore.stores._base import StoreOptions
+    from weightstore.stores._options import StoreOptions
 
 __all__ = [
     "is_set_path",
@@ -36,23 +38,15 @@ def is_set_path(filename: str, storage_options: Mapping[str, Any] | None = None)
     prefix holds objects (one listing)."""
     from weightstore.sets._discover import is_index_name
 
-    if _is_url(filename):
+    if is_url(filename):
         return is_index_name(filename) or bool(_remote_names(filename, storage_options))
     return os.path.isdir(filename) or is_index_name(filename) or _is_dcp(filename)
-
-
-def _is_url(filename: str) -> bool:
-    if "://" not in filename:
-        return False
-    from weightstore._bytesource import is_url
-
-    return is_url(filename)
 
 
 def _remote_names(url: str, storage_options: Mapping[str, Any] | None) -> list[str]:
     """The objects in the folder `url`; an object at `url` itself (which S3 lists when asked
     for its name as a folder) is no content."""
-    from weightstore._remote_write import list_names
+    from weightstore.io._remote_write import list_names
 
     folder = url.rstrip("/")
     own = folder.rsplit("/", 1)[-1]
@@ -61,10 +55,10 @@ def _remote_names(url: str, storage_options: Mapping[str, Any] | None) -> list[s
 
 def _is_dcp(filename: str) -> bool:
     """Whether `filename` is a torch.distributed.checkpoint directory or its index, which a
-    store reads whole tensors from (`weightstore.sets._dcp_reader`); never at a URL."""
-    from weightstore.sets._layout import is_dcp_checkpoint
+    store reads whole tensors from (`weightstore.dcp._reader`); never at a URL."""
+    from weightstore.dcp._names import is_dcp_checkpoint
 
-    if _is_url(filename):
+    if is_url(filename):
         return False
 
     return is_dcp_checkpoint(filename)
@@ -78,7 +72,7 @@ def open_store_set(
     if not is_set_path(filename, reader_options.get("storage_options")):
         return None
     if _is_dcp(filename):
-        from weightstore.sets._dcp_reader import open_dcp
+        from weightstore.dcp._reader import open_dcp
 
         return open_dcp(filename, fmt.name)  # type: ignore[return-value]  # the same protocol
     from weightstore.sets._reader import open_set
@@ -154,7 +148,7 @@ def set_format(
     from weightstore.sets._discover import INDEX_NAME, formats_in
     from weightstore.sets._reader import set_format_of
 
-    if _is_url(filename):
+    if is_url(filename):
         return _remote_set_format(filename, storage_options)
     if not os.path.exists(filename):
         match = INDEX_NAME.fullmatch(os.path.basename(filename))
@@ -164,8 +158,8 @@ def set_format(
 
         return format_for_name(f"index.{match['ext']}")
     if _is_dcp(filename):
-        from weightstore.sets._dcp_index import read_dcp_index
-        from weightstore.sets._dcp_reader import container_format
+        from weightstore.dcp._index import read_dcp_index
+        from weightstore.dcp._reader import container_format
 
         return container_format(read_dcp_index(filename))
     if not is_set_path(filename) or (os.path.isdir(filename) and not formats_in(filename)):

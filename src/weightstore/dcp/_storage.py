@@ -4,16 +4,16 @@ imports torch.
 `BurnpackStorageWriter` and `BurnpackStorageReader` (and the SafeTensors pair, for dtypes
 burnpack lacks: fp8, complex64) implement torch 2.13's ``StorageWriter`` and ``StorageReader``,
 so ``dcp.save``, ``dcp.async_save`` and ``dcp.load`` keep DCP's planners, resharding and
-collectives, and write the layout of `weightstore.sets._dcp_index`: one container per rank, an
+collectives, and write the layout of `weightstore.dcp._index`: one container per rank, an
 index that is the only commit point. What DCP calls, and what happens:
 
 - save, every rank: ``set_up_storage_writer`` (its rank), ``prepare_local_plan`` (create the
   directory, refuse a committed checkpoint unless ``overwrite``);
 - save, coordinator: ``prepare_global_plan`` removes leftovers of killed saves and names each
-  rank's file, fresh, with a new set id (`weightstore.sets._dcp_commit`);
+  rank's file, fresh, with a new set id (`weightstore.dcp._commit`);
 - save, every rank: ``write_data`` decodes the non-tensor values (``torch.save`` bytes) into
   plain values with weightstore's own pickle machine, refusing anything else by key
-  (`weightstore.sets._dcp_values`), then streams its chunks into its file atomically, calling
+  (`weightstore.dcp._values`), then streams its chunks into its file atomically, calling
   ``planner.resolve_data`` for one chunk at a time as the writer reaches it;
 - save, coordinator: ``finish`` writes the JSON index (temporary file, fsync, rename, directory
   fsync) and only then removes the files of the checkpoint it replaced;
@@ -60,18 +60,14 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from weightstore._remote import is_url
 from weightstore.bridge._torch import array_to_torch, torch_to_array
-from weightstore.dtypes import DType, from_torch
-from weightstore.entry import TensorEntry
-from weightstore.errors import DTypeError, EntryError, InvalidOptionError, SetError
-from weightstore.sets._dcp_commit import (
+from weightstore.dcp._commit import (
     commit_index,
     plan_rank_files,
     prepare_directory,
     write_rank_file,
 )
-from weightstore.sets._dcp_index import (
+from weightstore.dcp._index import (
     CHUNKS_KEY,
     DcpChunk,
     DcpIndex,
@@ -81,12 +77,16 @@ from weightstore.sets._dcp_index import (
     locate_rank_files,
     read_dcp_index,
 )
-from weightstore.sets._dcp_reader import RankFiles, container_format
-from weightstore.sets._dcp_values import OpaqueValue, decode_saved_value
+from weightstore.dcp._reader import RankFiles, container_format
+from weightstore.dcp._values import OpaqueValue, decode_saved_value
+from weightstore.dtypes import DType, from_torch
+from weightstore.entry import TensorEntry
+from weightstore.errors import DTypeError, EntryError, InvalidOptionError, SetError
+from weightstore.io import is_url
 from weightstore.sets._index import MAX_INDEX_SIZE, SET_ID_KEY
 
 if TYPE_CHECKING:
-    from weightstore._format import ContainerFormat
+    from weightstore.container._format import ContainerFormat
 
 __all__ = [
     "BurnpackStorageReader",
@@ -458,7 +458,7 @@ class _DcpStorageReader(StorageReader):
 
         Raises:
             SetError: the index or a rank file's size breaks the layout's rules
-                (`weightstore.sets._dcp_index`); LimitExceeded: the index is too large.
+                (`weightstore.dcp._index`); LimitExceeded: the index is too large.
         """
         index = read_dcp_index(self.path, max_index_size=self.max_index_size)
         container_format(index)  # the rank files' format is one we read

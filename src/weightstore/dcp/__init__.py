@@ -24,15 +24,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from weightstore.bridge._dcp import (
+    from weightstore.dcp._names import DCP_INDEX_NAME, is_dcp_checkpoint
+    from weightstore.dcp._reader import DcpReader, open_dcp
+    from weightstore.dcp._storage import (
         BurnpackStorageReader,
         BurnpackStorageWriter,
         SafetensorsStorageReader,
         SafetensorsStorageWriter,
     )
-    from weightstore.sets._dcp_reader import DcpReader, open_dcp
-    from weightstore.sets._dcp_values import OpaqueValue
-    from weightstore.sets._layout import DCP_INDEX_NAME, is_dcp_checkpoint
+    from weightstore.dcp._values import OpaqueValue
 
 __all__ = [
     "DCP_INDEX_NAME",
@@ -47,15 +47,15 @@ __all__ = [
 ]
 
 _LAZY = {
-    "BurnpackStorageReader": "weightstore.bridge._dcp",
-    "BurnpackStorageWriter": "weightstore.bridge._dcp",
-    "SafetensorsStorageReader": "weightstore.bridge._dcp",
-    "SafetensorsStorageWriter": "weightstore.bridge._dcp",
-    "DCP_INDEX_NAME": "weightstore.sets._layout",
-    "is_dcp_checkpoint": "weightstore.sets._layout",
-    "DcpReader": "weightstore.sets._dcp_reader",
-    "open_dcp": "weightstore.sets._dcp_reader",
-    "OpaqueValue": "weightstore.sets._dcp_values",
+    "BurnpackStorageReader": "weightstore.dcp._storage",
+    "BurnpackStorageWriter": "weightstore.dcp._storage",
+    "SafetensorsStorageReader": "weightstore.dcp._storage",
+    "SafetensorsStorageWriter": "weightstore.dcp._storage",
+    "DCP_INDEX_NAME": "weightstore.dcp._names",
+    "is_dcp_checkpoint": "weightstore.dcp._names",
+    "DcpReader": "weightstore.dcp._reader",
+    "open_dcp": "weightstore.dcp._reader",
+    "OpaqueValue": "weightstore.dcp._values",
 }
 
 

@@ -46,12 +46,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from weightstore._bytesource import open_readable
-from weightstore._record import Record, ValueRecord
-from weightstore._render import bounded_repr
+from weightstore.base._record import Record, ValueRecord
+from weightstore.base._render import bounded_repr
+
+# The set index's rules, shared: key uniqueness, nesting, metadata pairs, file-name confinement.
+from weightstore.dcp._names import DCP_INDEX_NAME, is_dcp_checkpoint
+from weightstore.dcp._values import from_json, to_json
 from weightstore.dtypes import DType, from_name
 from weightstore.errors import DTypeError, LimitExceeded, SetError
-from weightstore.sets._dcp_values import from_json, to_json
+from weightstore.io._source import open_readable
 from weightstore.sets._index import (
     _SET_ID,
     MAX_INDEX_SIZE,
@@ -63,9 +66,6 @@ from weightstore.sets._index import (
     locate_shards,
     validate_shard_name,
 )
-
-# The set index's rules, shared: key uniqueness, nesting, metadata pairs, file-name confinement.
-from weightstore.sets._layout import DCP_INDEX_NAME, is_dcp_checkpoint
 
 __all__ = [
     "CHUNKS_KEY",

@@ -11,7 +11,7 @@ directory still loads as the whole old checkpoint or the whole new one:
    fresh set id and, for each rank that writes tensors, a file name no file in the directory
    has. No other rank has written yet: they wait for the plan.
 3. **Write** (each rank, `write_rank_file`): its file, atomically and never over an existing
-   one (`weightstore._atomic.write_atomic`), one tensor at a time.
+   one (`weightstore.io._atomic.write_atomic`), one tensor at a time.
 4. **Commit** (the coordinator, `commit_index`): replace the index by an atomic rename, fsynced
    with its directory. From this instant readers see the new checkpoint.
 5. **Clean up** (`remove_unnamed`): remove the rank files the new index does not name.
@@ -26,14 +26,14 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, Final
 
-from weightstore._atomic import _remove_stale_scratch, write_atomic
-from weightstore.errors import DestinationExistsError, WeightstoreError
-from weightstore.sets._dcp_index import (
+from weightstore.dcp._index import (
     DCP_INDEX_NAME,
     RANK_FILE,
     rank_file_name,
     read_dcp_index,
 )
+from weightstore.errors import DestinationExistsError, WeightstoreError
+from weightstore.io._atomic import _remove_stale_scratch, write_atomic
 
 # The set writer's pieces, shared: creating the directory, writing bytes, removing a file,
 # and the scratch-file names `write_atomic` uses.

@@ -35,8 +35,8 @@ import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Final, cast
 
-from weightstore._remote import filesystem_for
 from weightstore.errors import DestinationExistsError, SaveFailedError
+from weightstore.io._fs import filesystem_for
 
 __all__ = [
     "abort_uploads",
@@ -75,7 +75,7 @@ def write_object(
         url: the object to write.
         write: fills the open binary file; any exception it raises aborts the upload.
         overwrite: replace an existing object; otherwise `DestinationExistsError`.
-        storage_options: passed to the filesystem (`weightstore._remote.filesystem_for`).
+        storage_options: passed to the filesystem (`weightstore.io._fs.filesystem_for`).
 
     Returns:
         `url`.

@@ -19,18 +19,9 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._bytesource import ReadMode
-from weightstore._record import Record, ValueRecord
-from weightstore._render import bounded_repr
-from weightstore.dtypes import DType, import_on_first_use
-from weightstore.errors import (
-    SetError,
-    SetMismatchError,
-    SliceError,
-    TensorNotFoundError,
-    UnsupportedFormatError,
-)
-from weightstore.sets._dcp_index import (
+from weightstore.base._record import Record, ValueRecord
+from weightstore.base._render import bounded_repr
+from weightstore.dcp._index import (
     CONTAINER_KEY,
     FORMAT_KEY,
     DcpChunk,
@@ -39,12 +30,21 @@ from weightstore.sets._dcp_index import (
     locate_rank_files,
     read_dcp_index,
 )
+from weightstore.dtypes import DType, import_on_first_use
+from weightstore.errors import (
+    SetError,
+    SetMismatchError,
+    SliceError,
+    TensorNotFoundError,
+    UnsupportedFormatError,
+)
+from weightstore.io._source import ReadMode
 from weightstore.sets._index import MAX_INDEX_SIZE, SET_ID_KEY
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from weightstore._format import ContainerFormat, TensorReader
+    from weightstore.container._format import ContainerFormat, TensorReader
 else:
     np = import_on_first_use("numpy", globals(), "np")
 
@@ -381,9 +381,9 @@ class ChunkedSlice:
         """The selected part as an array, as NumPy would select it from the whole tensor.
 
         Raises:
-            SliceError: an index `weightstore._slice.normalize_key` refuses.
+            SliceError: an index `weightstore.container._slice.normalize_key` refuses.
         """
-        from weightstore._slice import _InvalidIndex, normalize_key
+        from weightstore.container._slice import _InvalidIndex, normalize_key
 
         try:
             selection = normalize_key(key, self.shape)

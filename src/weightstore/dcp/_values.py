@@ -37,8 +37,8 @@ import zipfile
 from collections.abc import Mapping
 from typing import Final
 
-from weightstore._record import ValueRecord
-from weightstore._render import bounded_repr
+from weightstore.base._record import ValueRecord
+from weightstore.base._render import bounded_repr
 from weightstore.errors import SetError, WeightstoreError
 
 __all__ = [

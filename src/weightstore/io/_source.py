@@ -37,7 +37,7 @@ import mmap
 import os
 import sys
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, Protocol
 
 from weightstore.dtypes import import_on_first_use
@@ -55,9 +55,7 @@ __all__ = [
     "PreadSource",
     "ReadMode",
     "SourceFile",
-    "is_url",
     "open_readable",
-    "open_source",
     "read_runs",
 ]
 
@@ -315,45 +313,6 @@ def _open_collecting(path: str) -> BinaryIO:
             raise
     gc.collect()
     return open(path, "rb")
-
-
-def open_source(
-    path: str | os.PathLike[str],
-    mode: ReadMode = "mmap",
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-) -> ByteSource:
-    """Open `path` for random access reads with the given strategy.
-
-    A URL (``s3://``, ``https://``, anything fsspec opens) opens a
-    `weightstore._remote_source.RemoteSource`, which reads by range requests whatever `mode`
-    says; `storage_options` go to its filesystem (docs/remote.md).
-
-    Raises:
-        FileMissingError: nothing is at `path` (a `FileNotFoundError`).
-        PathIsDirectoryError: `path` is a directory (an `IsADirectoryError`); ``os.open``
-            would open one for pread and fail only at the first read.
-        InvalidOptionError: a URL, without the ``remote`` extra installed.
-    """
-    filename = os.fspath(path)
-    if mode not in ("mmap", "pread"):
-        raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")
-    if is_url(filename):
-        from weightstore._remote_source import open_remote  # URLs only: fsspec stays unloaded
-
-        return open_remote(filename, storage_options)
-    return MmapSource(filename) if mode == "mmap" else PreadSource(filename)
-
-
-def is_url(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a URL (`weightstore._remote.is_url`), without importing that module
-    for a plain path."""
-    text = os.fspath(path)
-    if "://" not in text:
-        return False
-    from weightstore import _remote
-
-    return _remote.is_url(text)
 
 
 def read_runs(

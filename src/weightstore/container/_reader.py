@@ -12,10 +12,10 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
-from weightstore._bytesource import ByteSource, MemorySource, MmapSource
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import DType, import_on_first_use
 from weightstore.errors import DescriptorError, DTypeError, LimitExceeded, TensorNotFoundError
+from weightstore.io._source import ByteSource, MemorySource, MmapSource
 
 if TYPE_CHECKING:
     import numpy as np
@@ -264,7 +264,7 @@ class ContainerReader(Generic[DescriptorT]):
 
     def plan_reads(self, names: Iterable[str]) -> None:
         """Announce that `names` will be read whole (`get`), so a remote source fetches them
-        in merged, concurrent batches (`weightstore._remote_source`); nothing for a local file.
+        in merged, concurrent batches (`weightstore.io._remote_source`); nothing for a local file.
         Names the file lacks are ignored."""
         plan = getattr(self._source, "plan", None)
         if plan is None:

@@ -15,7 +15,7 @@ The bytes are held in one of two ways until they are complete:
   name removes the scratch files of writers that are gone (`_remove_stale_scratch`).
 * **A URL** (``s3://``...): an object store has no rename, but an upload becomes an object only
   when completed, so the bytes stream into an upload that is completed at the end or aborted
-  (`weightstore._remote_write`).
+  (`weightstore.io._remote_write`).
 
 Either way the file is fsynced before it is named and the directory after, so the name survives
 power loss. With ``durable=False`` both fsyncs are skipped, for callers who can rewrite the file
@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
-from weightstore._remote import is_url
 from weightstore.errors import DestinationExistsError, SaveFailedError, WeightstoreError
+from weightstore.io._url import is_url
 
 if sys.platform != "win32":
     import fcntl
@@ -123,8 +123,8 @@ def write_atomic(
 ) -> str:
     """Run `write` on a scratch file, then give it the destination's name in one step.
 
-    A URL (`weightstore._remote.is_url`) is written as an object store's upload, completed only
-    when `write` returns (`weightstore._remote_write`): the object appears whole or not at all.
+    A URL (`weightstore.io.is_url`) is written as an object store's upload, completed only
+    when `write` returns (`weightstore.io._remote_write`): the object appears whole or not at all.
 
     Args:
         destination: the final path, or a URL.
@@ -145,7 +145,7 @@ def write_atomic(
     """
     target = os.fspath(destination)
     if is_url(target):  # an object store's completed upload is durable: `durable` is moot
-        from weightstore._remote_write import write_object
+        from weightstore.io._remote_write import write_object
 
         return write_object(target, write, overwrite=overwrite, storage_options=storage_options)
     if not overwrite and os.path.lexists(target):

@@ -23,10 +23,10 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from weightstore._bytesource import ByteSource, read_runs
-from weightstore._render import bounded_repr
+from weightstore.base._render import bounded_repr
 from weightstore.dtypes import DType, import_on_first_use
 from weightstore.errors import DTypeError, SliceError
+from weightstore.io._source import ByteSource, read_runs
 
 if TYPE_CHECKING:
     import numpy as np

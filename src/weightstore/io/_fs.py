@@ -5,7 +5,7 @@ Every store, reader and save that takes a path also takes a URL (``s3://bucket/m
 fsspec, and only when a URL is met: ``import weightstore`` and every local path stay free of it,
 and without the ``remote`` extra a URL fails with an error that names the extra.
 
-Reads go through two calls (`weightstore._remote_source` plans them):
+Reads go through two calls (`weightstore.io._remote_source` plans them):
 
 - `read_first`: an object's first bytes *and its size* in one request. The size comes from the
   response's ``Content-Range`` (S3 and HTTP, through the filesystem's own session, so its
@@ -19,7 +19,6 @@ Both turn the store's failures into typed errors that carry the URL and the rang
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -35,26 +34,14 @@ __all__ = [
     "READ_OPTIONS_KEY",
     "RemoteReadError",
     "filesystem_for",
-    "is_url",
     "read_first",
     "read_range",
     "split_options",
 ]
 
 # The key of `storage_options` that holds weightstore's own read settings (block size,
-# concurrency: `weightstore._remote_source.ReadTuning`); it never reaches fsspec.
+# concurrency: `weightstore.io._remote_source.ReadTuning`); it never reaches fsspec.
 READ_OPTIONS_KEY: Final = "weightstore"
-
-_SCHEME: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_LOCAL_SCHEMES: Final = frozenset({"file", "local"})
-
-
-def is_url(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a URL some filesystem other than the local one serves (``s3://``,
-    ``gs://``, ``http(s)://``, ``memory://``...); ``file://`` paths and plain paths are local."""
-    text = os.fspath(path)
-    match = _SCHEME.match(text)
-    return match is not None and match.group(0)[:-3].lower() not in _LOCAL_SCHEMES
 
 
 def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:

@@ -2,7 +2,7 @@
 
 `RemoteSource` is the `ByteSource` behind every URL, so burnpack, SafeTensors, PyTorch zips and
 sharded sets read remote objects through the same code, and the same validation, as local
-files. Requests go through `weightstore._remote` (the one module that imports fsspec).
+files. Requests go through `weightstore.io._fs` (the one module that imports fsspec).
 
 Opening costs one request: the object's first `ReadTuning.head_size` bytes (64 KiB) and, from
 the same response, its size. Those bytes are kept (the "head"), so a header that fits in them
@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore._bytesource import ByteSource, _check_range
-from weightstore._remote import filesystem_for, read_first, read_range, split_options
 from weightstore.dtypes import import_on_first_use
 from weightstore.errors import InvalidOptionError
+from weightstore.io._fs import filesystem_for, read_first, read_range, split_options
+from weightstore.io._source import ByteSource, _check_range
 
 if TYPE_CHECKING:
     import numpy as np
@@ -221,7 +221,7 @@ class RemoteSource(ByteSource):
 
     @classmethod
     def open(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> RemoteSource:
-        """Open `url` with one request (`weightstore._remote.read_first`).
+        """Open `url` with one request (`weightstore.io._fs.read_first`).
 
         Raises:
             InvalidOptionError: bad read settings, or the filesystem's package is missing.

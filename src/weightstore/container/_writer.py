@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from weightstore._atomic import write_all, write_atomic
 from weightstore.errors import EntryError
+from weightstore.io._atomic import write_all, write_atomic
 
 __all__ = ["ContainerWriter"]
 
