@@ -104,15 +104,17 @@ def test_inspect_json_of_burnpack_loads_cbor2_but_no_numpy(tmp_path: Path) -> No
 
 def test_module_snapshot_defers_the_model_walking_machinery() -> None:
     loaded = _loaded_after("from weightstore.module_snapshot import load_from, save_into")
-    assert "weightstore.transfer" not in loaded
+    assert "weightstore.transfer._apply" not in loaded
+    assert "weightstore.transfer._plan" not in loaded
     assert "weightstore.bridge" not in loaded
 
 
 def test_module_snapshot_re_exports_transfer_functions_on_first_use() -> None:
-    from weightstore import module_snapshot, transfer
+    from weightstore import module_snapshot
+    from weightstore.transfer import _apply
 
-    assert module_snapshot.apply is transfer.apply
-    assert module_snapshot.collect is transfer.collect
+    assert module_snapshot.apply is _apply.apply
+    assert module_snapshot.collect is _apply.collect
     with pytest.raises(AttributeError, match="no_such_name"):
         module_snapshot.no_such_name  # noqa: B018
 
@@ -121,12 +123,14 @@ def test_module_snapshot_re_exports_transfer_functions_on_first_use() -> None:
 # snapshot, adapter, load-report and writing machinery, and the dtype table.
 STORE_DEFERRED = (
     "weightstore.adapters",
-    "weightstore.apply_result",
+    "weightstore.report",
     "weightstore.bridge",
     "weightstore.entry",
     "weightstore.paths",
     "weightstore.snapshot",
     "weightstore.transfer",
+    "weightstore.transfer._plan",
+    "weightstore.transfer._apply",
     "weightstore.io._atomic",
     "weightstore.io._source",
     "weightstore.container._reader",
@@ -166,7 +170,7 @@ def test_plain_first_load_skips_path_adapter_and_failure_machinery(tmp_path: Pat
         "assert result.applied == ['fc.weight'] and model['fc']['weight'].sum() == 6\n"
     )
     loaded = _loaded_after(code)
-    assert "weightstore.transfer" in loaded  # the load did run
+    assert "weightstore.transfer._apply" in loaded  # the load did run
     assert loaded.isdisjoint(PLAIN_LOAD_SKIPS), sorted(loaded & set(PLAIN_LOAD_SKIPS))
 
 

@@ -62,13 +62,14 @@ LAYERS: dict[str, int] = {
     # 6: snapshot-to-snapshot transforms; the load report (data, diagnosis, text) and the load
     # plan's types and rules, which bridges receive.
     "weightstore.adapters": 6,
-    "weightstore.apply_result": 6,
-    # 7: model bridges, and collect/apply, which walk a model through them. They sit below the
-    # stores (design.md draws them above): a store's apply_to/collect_from run the pipeline,
-    # and a store still knows no torch, since the torch bridge is imported only for a torch
-    # model, inside bridge_for.
+    "weightstore.report": 6,
+    "weightstore.transfer": 6,
+    # 7: model bridges, which receive the plan, and collect/apply (transfer._apply), which walk
+    # a model through them. They sit below the stores (design.md draws them above): a store's
+    # apply_to/collect_from run the pipeline, and a store still knows no torch, since the torch
+    # bridge is imported only for a torch model, inside bridge_for.
     "weightstore.bridge": 7,
-    "weightstore.transfer": 7,
+    "weightstore.transfer._apply": 7,
     # 8: stores over the registry.
     "weightstore.stores": 8,
     # 9: the simple API, and what runs on torch.distributed.

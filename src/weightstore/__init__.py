@@ -17,7 +17,6 @@ from weightstore.base._version import __version__
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` provides them
     from weightstore import burnpack, dtypes, formats
     from weightstore.adapters import Adapter, ChainAdapter, IdentityAdapter
-    from weightstore.apply_result import ApplyError, ApplyResult
     from weightstore.bridge import to_data, to_torch
     from weightstore.burnpack import BurnpackReader, BurnpackWriter, Scalar
     from weightstore.dtypes import DType
@@ -52,6 +51,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from weightstore.module_snapshot import ModuleSnapshot, apply, collect, load_from, save_into
     from weightstore.paths import KeyRemapper, PathFilter, map_indices_contiguous
     from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
+    from weightstore.report import ApplyError, ApplyResult
     from weightstore.snapshot import TensorSnapshot
     from weightstore.stores import (
         BurnpackStore,
@@ -143,8 +143,8 @@ _HOME: dict[str, str] = {
     "Adapter": "weightstore.adapters",
     "ChainAdapter": "weightstore.adapters",
     "IdentityAdapter": "weightstore.adapters",
-    "ApplyError": "weightstore.apply_result",
-    "ApplyResult": "weightstore.apply_result",
+    "ApplyError": "weightstore.report",
+    "ApplyResult": "weightstore.report",
     "to_data": "weightstore.bridge",
     "to_torch": "weightstore.bridge",
     "BurnpackReader": "weightstore.burnpack",

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time these load with the first call, not with this module
     from weightstore.adapters import Adapter
-    from weightstore.apply_result import ApplyResult
     from weightstore.paths import PathFilter
+    from weightstore.report import ApplyResult
     from weightstore.snapshot import TensorSnapshot
     from weightstore.stores import Store
-    from weightstore.transfer import apply, collect
+    from weightstore.transfer._apply import apply, collect
 
 __all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
 
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
     so that ``from weightstore import load_from`` loads no model-walking machinery."""
     if name not in _FROM_TRANSFER:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("weightstore.transfer"), name)
+    value = getattr(importlib.import_module("weightstore.transfer._apply"), name)
     globals()[name] = value
     return value
 
@@ -94,7 +94,7 @@ class ModuleSnapshot:
         self, filter: PathFilter | None = None, adapter: Adapter | None = None
     ) -> list[TensorSnapshot]:
         """This model's tensors as lazy snapshots (`weightstore.collect` on `self`)."""
-        from weightstore.transfer import collect
+        from weightstore.transfer._apply import collect
 
         return collect(self, filter, adapter)
 
@@ -111,7 +111,7 @@ class ModuleSnapshot:
         """
         if callable(snapshots):
             return getattr(super(), "apply")(snapshots)  # noqa: B009  (torch's Module.apply)
-        from weightstore.transfer import apply
+        from weightstore.transfer._apply import apply
 
         return apply(self, snapshots, filter, adapter)
 

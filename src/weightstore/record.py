@@ -27,13 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from weightstore.adapters import Adapter
-from weightstore.apply_result import ApplyResult, LoadFailure, LoadRules
 from weightstore.burnpack import BurnpackReader, BurnpackWriter
 from weightstore.entry import TensorEntry
 from weightstore.paths import PathFilter
+from weightstore.report import ApplyResult, LoadFailure
 from weightstore.snapshot import TensorSnapshot
 from weightstore.stores import LoadFailedError
-from weightstore.transfer import DTypePolicy, apply, collect
+from weightstore.transfer._apply import DTypePolicy, apply, collect
+from weightstore.transfer._plan import LoadRules
 
 __all__ = ["ModuleRecord", "into_record", "load_record", "try_load_record"]
 

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from weightstore import TensorSnapshot, apply, collect
-from weightstore.bridge import LoadPlan, PendingTensor, bridge_for
+from weightstore.bridge import bridge_for
 from weightstore.dtypes import from_numpy
+from weightstore.transfer._plan import LoadPlan, PendingTensor
 
 
 def test_aliases_are_keys_holding_the_same_array() -> None:

@@ -17,11 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore.bridge._model import (
-    LoadOutcome,
-    LoadPlan,
     ModelBridge,
-    PendingTensor,
-    Target,
     TensorSource,
     TreeSlot,
     is_torch_module,
@@ -33,17 +29,13 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from weightstore.apply_result import ApplyResult
     from weightstore.bridge._sources import ModelFreeSource, validate_adapter
+    from weightstore.report import ApplyResult
     from weightstore.snapshot import TensorSnapshot
 
 __all__ = [
-    "LoadOutcome",
-    "LoadPlan",
     "ModelBridge",
     "ModelFreeSource",
-    "PendingTensor",
-    "Target",
     "TensorSource",
     "TreeSlot",
     "bridge_for",

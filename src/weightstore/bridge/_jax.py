@@ -41,17 +41,11 @@ import jax
 import numpy as np
 
 from weightstore.adapters._pytorch_flax import LINEN_COLLECTIONS
-from weightstore.bridge._model import (
-    READ_ERRORS,
-    LoadOutcome,
-    LoadPlan,
-    PendingTensor,
-    Target,
-    TreeSlot,
-)
+from weightstore.bridge._model import READ_ERRORS, TreeSlot
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import DTypeError, InvalidOptionError
 from weightstore.snapshot import TensorSnapshot, part_reader
+from weightstore.transfer._plan import LoadOutcome, LoadPlan, PendingTensor, Target
 
 __all__ = ["FLAX_FRAMEWORK", "JaxBridge", "is_jax_model"]
 

@@ -14,16 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from weightstore.bridge._model import (
-    READ_ERRORS,
-    LoadOutcome,
-    LoadPlan,
-    Target,
-    aliases_by_identity,
-)
+from weightstore.bridge._model import READ_ERRORS, aliases_by_identity
 from weightstore.dtypes import from_numpy
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot
+from weightstore.transfer._plan import LoadOutcome, LoadPlan, Target
 
 __all__ = ["NumpyDictBridge"]
 

@@ -25,7 +25,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from weightstore.bridge._model import READ_ERRORS, ArrayReader
+from weightstore.bridge._model import READ_ERRORS
+from weightstore.transfer._plan import ArrayReader
 
 __all__ = ["LazyStateDict", "Ledger", "Unread", "Unreadable"]
 

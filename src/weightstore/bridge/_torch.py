@@ -47,17 +47,12 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.modules.module import _IncompatibleKeys
 
-from weightstore.bridge._model import (
-    LoadOutcome,
-    LoadPlan,
-    LoadReach,
-    Target,
-    aliases_by_identity,
-)
+from weightstore.bridge._model import aliases_by_identity
 from weightstore.bridge._state_view import LazyStateDict, Ledger, Unread
 from weightstore.dtypes import DType, from_numpy, from_torch
 from weightstore.errors import DTypeError
 from weightstore.snapshot import TensorSnapshot
+from weightstore.transfer._plan import LoadOutcome, LoadPlan, LoadReach, Target
 
 __all__ = [
     "TORCH_FRAMEWORK",

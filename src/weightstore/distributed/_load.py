@@ -33,8 +33,8 @@ from weightstore.snapshot import ReaderLoad, TensorSnapshot
 if TYPE_CHECKING:
     import numpy as np
 
-    from weightstore.apply_result import ApplyResult
     from weightstore.distributed._torch import DTensorLayout
+    from weightstore.report import ApplyResult
     from weightstore.stores import Store
 
 __all__ = ["load", "sliced_snapshots"]

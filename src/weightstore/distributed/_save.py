@@ -291,7 +291,7 @@ def _snapshots(store: Store, model: object) -> tuple[list[TensorSnapshot], str |
     """The tensors as the store saves them, whole; the source's framework; whether reading
     them runs collectives."""
     from weightstore.bridge import is_torch_module, source_for
-    from weightstore.transfer import collect
+    from weightstore.transfer._apply import collect
 
     gathers = False
     if is_torch_module(model):

@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from weightstore.bridge._model import ArrayReader, LoadOutcome, LoadPlan, PendingTensor, Target
 from weightstore.bridge._torch import TorchBridge, array_to_torch, torch_to_array
 from weightstore.dtypes import DType
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot
+from weightstore.transfer._plan import ArrayReader, LoadOutcome, LoadPlan, PendingTensor, Target
 
 __all__ = [
     "DTensorBridge",

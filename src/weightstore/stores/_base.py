@@ -44,11 +44,11 @@ if TYPE_CHECKING:
     # a builder), so ``from weightstore import SafetensorsStore`` loads the store alone: the
     # model-walking, snapshot, adapter and writing machinery load with the first use.
     from weightstore.adapters import Adapter
-    from weightstore.apply_result import ApplyResult
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
+    from weightstore.report import ApplyResult
     from weightstore.sets._reader import SetReport
     from weightstore.snapshot import TensorSnapshot
-    from weightstore.transfer import IndexMapper
+    from weightstore.transfer._apply import IndexMapper
 
 __all__ = ["Store", "StoreOptions"]
 
@@ -601,7 +601,7 @@ class Store:
             DestinationExistsError: the file exists and `overwrite` is off.
         """
         from weightstore.bridge import source_for
-        from weightstore.transfer import collect
+        from weightstore.transfer._apply import collect
 
         options = self._options
         source = source_for(model)
@@ -751,8 +751,8 @@ class Store:
         """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
         passes a rank's slices of them); the store's options, report and failures as there.
         `unused` names source tensors left out before the load, reported as unused."""
-        from weightstore.apply_result import LoadRules
-        from weightstore.transfer import apply
+        from weightstore.transfer._apply import apply
+        from weightstore.transfer._plan import LoadRules
 
         options = self._options
         path = None if self._path is None else self._file_path(for_write=False)

@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
-from weightstore.apply_result import ApplyResult, LoadFailure
 from weightstore.errors import WeightstoreError
+from weightstore.report import ApplyResult, LoadFailure
 
 __all__ = ["LoadFailedError", "store_fix"]
 

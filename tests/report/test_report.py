@@ -1,5 +1,5 @@
-"""ApplyResult and ApplyError: fields, is_success, Jaro, suggestions, prefix changes, load rules,
-golden summary text."""
+"""The load report: ApplyResult and ApplyError fields, is_success, Jaro, suggestions, prefix
+changes, golden summary text."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ import dataclasses
 
 import pytest
 
-from weightstore.apply_result import (
+from weightstore.paths import KeyRemapper, strip_enum_variants
+from weightstore.report import (
     MAX_NAME_LEN,
     SUGGESTION_THRESHOLD,
     ApplyError,
     ApplyResult,
-    LoadRules,
     PrefixChange,
     find_prefix_change,
     jaro_similarity,
 )
-from weightstore.paths import KeyRemapper, strip_enum_variants
 
 # Values Rust's textdistance 1.1.1 `nstr::jaro` returns for these pairs, which Burn's
 # suggestions use; the textbook Jaro differs on some of them.
@@ -96,31 +95,6 @@ def test_a_load_that_wrote_nothing_is_no_success(result: ApplyResult) -> None:
 def test_a_model_without_tensors_loads_nothing_successfully() -> None:
     result = ApplyResult(unused=["a"])
     assert not result.loaded_nothing() and result.is_success()
-
-
-@pytest.mark.parametrize(
-    ("rules", "result", "failure"),
-    [
-        (LoadRules(), ApplyResult(applied=["a"]), None),
-        (LoadRules(), ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")]),
-         "errors"),
-        (LoadRules(validate=False),
-         ApplyResult(applied=["a"], errors=[ApplyError.load_error("b", "x")]), None),
-        (LoadRules(validate=False), ApplyResult(errors=[ApplyError.load_error("b", "x")]),
-         "nothing_loaded"),
-        (LoadRules(), ApplyResult(missing=[("a", "")]), "nothing_loaded"),  # before "missing"
-        (LoadRules(allow_partial=True), ApplyResult(missing=[("a", "")]), "nothing_loaded"),
-        (LoadRules(), ApplyResult(applied=["a"], missing=[("b", "")]), "missing"),
-        (LoadRules(allow_partial=True), ApplyResult(applied=["a"], missing=[("b", "")]), None),
-        (LoadRules(), ApplyResult(held_back=["a"], missing=[("b", "")]), "missing"),
-        (LoadRules(), ApplyResult(applied=["a"], unused=["b"]), None),
-        (LoadRules(allow_unused=False), ApplyResult(applied=["a"], unused=["b"]), "unused"),
-    ],
-)  # fmt: skip
-def test_load_rules_are_checked_in_order(
-    rules: LoadRules, result: ApplyResult, failure: str | None
-) -> None:
-    assert rules.failure(result) == failure
 
 
 def test_apply_error_constructors_fill_the_fields() -> None:

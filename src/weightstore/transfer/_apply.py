@@ -11,7 +11,7 @@ and only tensors that passed every check.
 Given `LoadRules` (a store's or a record's strictness), `apply` judges the load before the
 bridge writes anything, and refuses one that would break a rule for certain: names, shapes and
 dtypes are all known then. What only the model's own load code can settle is given the benefit
-of the doubt (`bridge.LoadReach`): a path a load hook or an overridden loader may fill is not
+of the doubt (`LoadReach`): a path a load hook or an overridden loader may fill is not
 missing yet, a source tensor it may consume is not unused yet. Such a load runs, and its caller
 judges the report afterwards; so do data that fails to read and torch's own errors, which show
 only while the model loads.
@@ -23,19 +23,20 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from weightstore.apply_result import ApplyError, ApplyResult, LoadRules
 from weightstore.bridge import bridge_for, source_for
-from weightstore.bridge._model import (
+from weightstore.bridge._model import ReachingBridge
+from weightstore.dtypes import DType, can_cast_exactly
+from weightstore.errors import RemapCollisionError
+from weightstore.report import ApplyError, ApplyResult
+from weightstore.snapshot import TensorSnapshot
+from weightstore.transfer._plan import (
     LoadOutcome,
     LoadPlan,
     LoadReach,
+    LoadRules,
     PendingTensor,
-    ReachingBridge,
     Target,
 )
-from weightstore.dtypes import DType, can_cast_exactly
-from weightstore.errors import RemapCollisionError
-from weightstore.snapshot import TensorSnapshot
 
 if TYPE_CHECKING:
     # Only in annotations: a load imports this module first, and its time counts, so what a
@@ -45,13 +46,15 @@ if TYPE_CHECKING:
     from weightstore.adapters import Adapter
     from weightstore.paths import PathFilter
 
-__all__ = ["apply", "collect"]
+__all__ = ["DTypePolicy", "IndexMapper", "apply", "collect"]
 
 IndexMapper = Callable[[Iterable[str]], dict[str, str]]
+"""Renumbers list indices in names before matching (``map_indices_contiguous``): the names in,
+a map from each name to its renumbered form out; applied to both sides of a load."""
 
-# How a source dtype meets the model's: convert only when exact (stores), keep the source's
-# (Burn's ModuleRecord default), or cast whatever it costs (``cast_to_module_dtype``).
 DTypePolicy = Literal["exact", "from_record", "cast"]
+"""How a source dtype meets the model's: convert only when exact (stores), keep the source's
+(Burn's ModuleRecord default), or cast whatever it costs (``cast_to_module_dtype``)."""
 
 
 def collect(
