@@ -4,7 +4,8 @@ Each container package describes itself once in its ``FORMAT`` record (`Containe
 this module lists those records and answers the questions that span formats: which format a
 file's bytes are (extensions lie: ``.bin`` holds anything, ``.pt`` files are renamed zips),
 which format a file name suggests for a file not yet written, and what to tell someone who
-opened a file with the wrong reader. Adding a format is one folder and one entry in `FORMATS`.
+opened a file with the wrong reader. Adding a format is one folder and one entry in `FORMATS`:
+its record carries every fact the rest of the package asks (`ContainerFormat`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _BY_NAME = {fmt.name: fmt for fmt in FORMATS}
 _BY_EXTENSION = {ext: fmt for fmt in FORMATS for ext in fmt.extensions}
 assert len(_BY_NAME) == len(FORMATS), "format names must be unique"
 assert len(_BY_EXTENSION) == sum(len(f.extensions) for f in FORMATS), "extensions are unique"
+_TITLES = ", ".join(fmt.title for fmt in FORMATS[:-1]) + f" or {FORMATS[-1].title}"
 
 
 def format_named(name: str) -> ContainerFormat:
@@ -100,7 +102,7 @@ def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> C
     if what is not None:
         detail = f"{what}, which weightstore does not read as one checkpoint"
     else:
-        detail = f"not a burnpack, SafeTensors or PyTorch file (starts with {head[:8].hex(' ')})"
+        detail = f"not a {_TITLES} file (starts with {head[:8].hex(' ')})"
     raise UnsupportedFormatError(detail, path=name)
 
 

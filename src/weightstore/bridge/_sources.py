@@ -166,8 +166,9 @@ def _is_store(source: object) -> bool:
 
 def _from_store(store: Any) -> ModelFreeSource:
     snapshots: Mapping[str, TensorSnapshot] = store.get_all_snapshots()
-    if getattr(store, "format_name", None) == "pytorch":
-        framework: str | None = _PYTORCH_FRAMEWORK
+    native = getattr(getattr(store, "FORMAT", None), "native_framework", None)
+    if native is not None:  # a PyTorch checkpoint's tensors are torch's, whatever it says
+        framework: str | None = native
     else:
         framework = _declared_framework(store.read_metadata())
     return ModelFreeSource(tuple(snapshots.values()), framework)

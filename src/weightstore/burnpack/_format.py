@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore.burnpack._magic import EXTENSION, MAGIC, MAGIC_BYTES
-from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat, SetLayout
 
 if TYPE_CHECKING:
     from weightstore.burnpack._reader import BurnpackReader
@@ -71,4 +71,10 @@ FORMAT = ContainerFormat(
     open_static=_open_static,
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS | {"auto_extension"},
+    set_layout=SetLayout("burnpack", "model", EXTENSION, search_rank=1),
+    summarizer="weightstore.cli._report:summarize_burnpack",
+    holds_foreign_objects=False,
+    carries_framework_metadata=False,  # Burn's ``format`` is the container's name
+    native_framework=None,  # Burn's files say nothing a framework field can name
+    reader_releases_pages=False,
 )

@@ -1,10 +1,13 @@
 """What `weightstore inspect` shows about a file, independent of how it is printed.
 
-Each format of the registry (`weightstore.formats.FORMATS`) has one summarizer in
-`SUMMARIZERS`, keyed by the format's name and checked against the registry at import; the CLI
-detects the format through the registry and calls it. A new format is one function and one row.
+Each format of the registry (`weightstore.formats.FORMATS`) names its summarizer in its record
+(`ContainerFormat.summarizer`: the ``summarize_<format>`` functions here); the CLI detects the
+format through the registry and calls the one its record names. The summarizers live here,
+not in their container folders, because a report is the command line's (`FileReport`, and the
+objects scan of `weightstore.cli._objects`), above the container layer.
 
-A PyTorch checkpoint also holds objects: its non-tensor entries are listed apart (as short text
+A PyTorch checkpoint also holds objects (`ContainerFormat.holds_foreign_objects`): its
+non-tensor entries are listed apart (as short text
 and as JSON values), and the globals its pickle names that ``torch.load`` would import are
 scanned for (`weightstore.cli._objects`).
 
@@ -33,14 +36,22 @@ from weightstore.errors import (
     LimitExceeded,
     UnsupportedObjectError,
 )
-from weightstore.formats import FORMATS, detect_format, read_probe
+from weightstore.formats import detect_format, format_named, read_probe
 from weightstore.io import is_url
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
     from weightstore.sets import SetReader
 
-__all__ = ["SUMMARIZERS", "FileReport", "SetSummary", "TensorRow", "summarize"]
+__all__ = [
+    "FileReport",
+    "SetSummary",
+    "TensorRow",
+    "summarize",
+    "summarize_burnpack",
+    "summarize_pytorch",
+    "summarize_safetensors",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +123,7 @@ class FileReport:
 
 
 # Each summarizer imports its reader, so listing one format loads no other's (nor cbor2).
-def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
+def summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.burnpack import BurnpackReader
 
     size = _file_size(path, options)
@@ -132,7 +143,7 @@ def _summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
         )
 
 
-def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
+def summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.safetensors import SafetensorsReader
 
     size = _file_size(path, options)
@@ -150,7 +161,7 @@ def _summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
         )
 
 
-def _summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
+def summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
     from weightstore.pytorch_reader import PytorchReader
 
     top_level_key = options.get("top_level_key")
@@ -208,16 +219,7 @@ def _whole_file(path: str, remote: dict[str, Any]) -> object:
         return whole.load_object()
 
 
-Summarizer = Callable[[str, dict[str, Any]], FileReport]
-# One summarizer per registered format, by the format's name; checked below at import.
-SUMMARIZERS: dict[str, Summarizer] = {
-    "burnpack": _summarize_burnpack,
-    "safetensors": _summarize_safetensors,
-    "pytorch": _summarize_pytorch,
-}
-
-
-assert set(SUMMARIZERS) == {fmt.name for fmt in FORMATS}, "one summarizer per format"
+Summarizer = Callable[[str, dict[str, Any]], FileReport]  # a record's `load_summarizer()`
 
 
 def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
@@ -229,7 +231,8 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
         return _summarize_dcp(filename)
     if is_set_path(filename, storage):
         return _summarize_set(filename, options)
-    return SUMMARIZERS[detect_format(filename, storage).name](filename, options)
+    summarize_file: Summarizer = detect_format(filename, storage).load_summarizer()
+    return summarize_file(filename, options)
 
 
 def _summarize_dcp(path: str) -> FileReport:
@@ -299,7 +302,8 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         for name in reader.listed_names():
             assigned[reader.shard_of(name)].add(name)
         metadata: dict[str, Any] = reader.metadata()
-    summarize_shard = SUMMARIZERS[report.format_name]
+    fmt = format_named(report.format_name)
+    summarize_shard: Summarizer = fmt.load_summarizer()
     rows: list[TensorRow] = []
     shards: list[tuple[str, int, int]] = []
     others: dict[str, str] = {}
@@ -326,7 +330,7 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         missing={_shard_name(k, report.path): v for k, v in report.missing.items()},
         unlisted={_shard_name(k, report.path): v for k, v in report.unlisted.items()},
     )
-    scan = Scan(tuple(suspicious.values()), complete) if report.format_name == "pytorch" else None
+    scan = Scan(tuple(suspicious.values()), complete) if fmt.holds_foreign_objects else None
     return FileReport(
         path=report.path,
         format=report.format_name,

@@ -162,7 +162,7 @@ def _check_set(reader: SetReader, verdict: Verdict, storage_options: dict[str, A
             f"tensor {name!r}: {os.path.basename(shard)} holds it, but the index does not list it"
             for name in names
         ]
-    if reader.format.name == "pytorch":
+    if reader.format.holds_foreign_objects:  # pickles: what would torch.load import?
         verdict.scan = _scan_shards(report.shards, storage_options)
 
 

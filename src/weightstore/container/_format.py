@@ -2,9 +2,10 @@
 
 Each container package (`burnpack`, `safetensors`, `pytorch_reader`) builds one record, its
 ``FORMAT``: its names, how to recognise its bytes, its extension rule, how to open a reader or
-build a writer, and which store options it can honour. Everything above the containers (the
-format registry, stores, the CLI) asks the record instead of keeping its own copy of a fact, so
-changing a rule of one format touches one folder.
+build a writer, which store options it can honour, how its sharded sets are named, what
+``inspect`` calls on it, and what its files hold beyond tensors. Everything above the
+containers (the format registry, sets, stores, the CLI) asks the record instead of keeping its
+own copy of a fact, so changing a rule of one format touches one folder.
 
 The extension rule lives here because it is the same shape for every format and differs only
 in its data: a format with a `default_extension` (burnpack, as in Burn) gives extensionless
@@ -13,10 +14,13 @@ paths that extension; the others take paths as written.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from weightstore.container._set_layout import SetLayout  # a field's type, given with it
 
 if TYPE_CHECKING:  # an annotation only: the dtype tables load with the first reader
     from weightstore.dtypes import DType
@@ -26,6 +30,7 @@ __all__ = [
     "PROBE_SIZE",
     "SAVE_OPTIONS",
     "ContainerFormat",
+    "SetLayout",
     "TensorInfo",
     "TensorReader",
     "path_for_read",
@@ -130,33 +135,56 @@ def path_for_write(path: str | os.PathLike[str], default_extension: str | None) 
     return f"{filename}.{default_extension}"
 
 
-# `ContainerFormat`'s fields in declaration order (its positional arguments).
+# `ContainerFormat`'s fields in declaration order; every one is given by every record.
 _FORMAT_FIELDS: Final = (
     "name", "title", "extensions", "sniff", "open_file", "default_extension", "open_bytes",
-    "open_static", "writer", "store_options",
+    "open_static", "writer", "store_options", "set_layout", "summarizer",
+    "holds_foreign_objects", "carries_framework_metadata", "native_framework",
+    "reader_releases_pages",
 )  # fmt: skip
 
 
 class ContainerFormat:
-    """One container format, described once; immutable.
+    """One container format, described once; immutable. Every fact about a format that code
+    outside its folder needs is a field here, so adding a format is one folder and one line in
+    the registry, and nothing else compares format names.
 
     Attributes:
         name: the short name used in code, JSON output and ``--format`` (``"safetensors"``).
         title: how messages spell it (``"SafeTensors"``).
         extensions: file suffixes it is written with, without the dot, the usual one first.
-        default_extension: appended to extensionless paths (`path_for_read`/`path_for_write`),
-            or None to take paths as written.
         sniff: tells the format from a file's first `PROBE_SIZE` bytes and its total size.
         open_file: opens a reader on a path (keyword options passed through).
+        default_extension: appended to extensionless paths (`path_for_read`/`path_for_write`),
+            or None to take paths as written.
         open_bytes: opens a reader on bytes held in memory, or None if the format cannot.
         open_static: opens a reader viewing a caller's buffer in place, or None.
         writer: builds a writer from ``(entries, metadata)`` for a store save, or None for a
             read-only format.
         store_options: the store options this format honours; a store refuses the others.
+        set_layout: how its sharded sets are named (`SetLayout`), or None for a format that
+            has no sets; `weightstore.sets` finds and writes sets through these.
+        summarizer: ``"module:function"`` of what ``weightstore inspect`` calls on one file
+            of this format, ``(path, options) -> FileReport``; resolved on first use
+            (`load_summarizer`), so listing the formats imports no summarizer.
+        holds_foreign_objects: whether its files can hold objects that name code to import
+            (a pickle's globals: PyTorch), so ``inspect`` and ``verify`` scan for them.
+        carries_framework_metadata: whether its ``format`` metadata names the framework the
+            tensors are for (SafeTensors' ``format: pt``; transformers refuses other values),
+            so a save writes the source's framework there. False where ``format`` names the
+            container (burnpack, as Burn writes it) or the format has no metadata pairs.
+        native_framework: the framework every file of the format comes from (``"pt"``: a
+            PyTorch checkpoint is ``torch.save``'s), which a model-free save passes on; None
+            for a format many frameworks write, whose files may say (`carries_framework_metadata`).
+        reader_releases_pages: whether its file reader has ``release(name)``, which lets a
+            tensor's mapped pages go once it is used, so a conversion streams a file larger
+            than memory (the PyTorch reader's); the others keep their mapping to the end.
 
     A plain slotted class, not a frozen dataclass: every import of the registry builds this
     class, and the decorator's code generation cost more than the three records together.
-    Records compare by identity (each format has one).
+    Records compare by identity (each format has one). Every argument is a required keyword:
+    a record cannot leave a fact unset (tests/container/test_format_record.py checks that none
+    is empty).
     """
 
     __slots__ = _FORMAT_FIELDS
@@ -171,23 +199,37 @@ class ContainerFormat:
     open_static: Callable[[Any], TensorReader] | None
     writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None
     store_options: frozenset[str]
+    set_layout: SetLayout | None
+    summarizer: str
+    holds_foreign_objects: bool
+    carries_framework_metadata: bool
+    native_framework: str | None
+    reader_releases_pages: bool
 
     def __init__(
         self,
+        *,
         name: str,
         title: str,
         extensions: tuple[str, ...],
         sniff: Sniff,
         open_file: Callable[..., TensorReader],
-        default_extension: str | None = None,
-        open_bytes: Callable[[bytes], TensorReader] | None = None,
-        open_static: Callable[[Any], TensorReader] | None = None,
-        writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None = None,
-        store_options: frozenset[str] = LOAD_OPTIONS,
+        default_extension: str | None,
+        open_bytes: Callable[[bytes], TensorReader] | None,
+        open_static: Callable[[Any], TensorReader] | None,
+        writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None,
+        store_options: frozenset[str],
+        set_layout: SetLayout | None,
+        summarizer: str,
+        holds_foreign_objects: bool,
+        carries_framework_metadata: bool,
+        native_framework: str | None,
+        reader_releases_pages: bool,
     ) -> None:
         values = (
             name, title, extensions, sniff, open_file, default_extension, open_bytes,
-            open_static, writer, store_options,
+            open_static, writer, store_options, set_layout, summarizer, holds_foreign_objects,
+            carries_framework_metadata, native_framework, reader_releases_pages,
         )  # fmt: skip
         for slot, value in zip(_FORMAT_FIELDS, values, strict=True):
             object.__setattr__(self, slot, value)
@@ -197,6 +239,14 @@ class ContainerFormat:
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete {name!r}: a format record is immutable")
+
+    def load_summarizer(self) -> Callable[[str, dict[str, Any]], Any]:
+        """The `summarizer` function, its module imported now (a command's first use)."""
+        module_name, _, function = self.summarizer.partition(":")
+        summarize: Callable[[str, dict[str, Any]], Any] = getattr(
+            importlib.import_module(module_name), function
+        )
+        return summarize
 
     @property
     def writable(self) -> bool:

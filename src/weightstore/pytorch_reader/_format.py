@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._gc import collector_paused
-from weightstore.container._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat
+from weightstore.container._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat, SetLayout
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     PICKLE_PROTO,
@@ -60,5 +60,15 @@ FORMAT = ContainerFormat(
     extensions=("pt", "pth", "bin", "ckpt"),
     sniff=_sniff,
     open_file=_open_file,
+    default_extension=None,
+    open_bytes=None,  # the reader maps or reads a file (or a URL's ranges)
+    open_static=None,
+    writer=None,  # weightstore never writes pickles
     store_options=LOAD_OPTIONS | {"top_level_key"},
+    set_layout=SetLayout("pytorch", "pytorch_model", "bin", search_rank=2),  # safe sets first
+    summarizer="weightstore.cli._report:summarize_pytorch",
+    holds_foreign_objects=True,  # a pickle names the globals torch.load imports
+    carries_framework_metadata=False,  # no metadata pairs: its "metadata" is layout facts
+    native_framework="pt",
+    reader_releases_pages=True,  # PytorchReader.release
 )

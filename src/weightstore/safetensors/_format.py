@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
+from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat, SetLayout
 from weightstore.safetensors._layout import (
     EXTENSION,
     HEADER_SIZE_FIELD,
@@ -80,8 +80,15 @@ FORMAT = ContainerFormat(
     extensions=(EXTENSION,),
     sniff=_sniff,
     open_file=_open_file,
+    default_extension=None,
     open_bytes=_open_bytes,
     open_static=_open_static,
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS,
+    set_layout=SetLayout("safetensors", "model", EXTENSION, search_rank=0),
+    summarizer="weightstore.cli._report:summarize_safetensors",
+    holds_foreign_objects=False,
+    carries_framework_metadata=True,  # ``format``: "pt", "tf", "flax" or "mlx"
+    native_framework=None,  # every framework writes it; the file's ``format`` says which
+    reader_releases_pages=False,
 )

@@ -185,7 +185,7 @@ def _index_location(
     layout = next((lay for lay in LAYOUTS if lay.extension == extension), None)
     if layout is None:
         return SetLocation(directory, None, variant, filename, None, (), ())
-    layout = SetLayout(layout.format_name, stem, extension)
+    layout = layout.replace(stem=stem)
     files = _files_in(directory, storage_options)
     shards = tuple(name for name in files if _is_shard(name, layout, variant))
     return SetLocation(directory, layout, variant, filename, None, (), shards)

@@ -1,8 +1,10 @@
 """The file names of a sharded checkpoint set, for every format that has sets.
 
-One place knows how a set's files are named, so the code that finds a set on disk and the code
-that writes one cannot disagree. The names follow the Hugging Face layout, which is what people
-download and what `huggingface_hub` and transformers read:
+Each format's naming rules are a field of its registry record (`ContainerFormat.set_layout`, a
+`SetLayout`); this module puts them in the order a directory is searched (`LAYOUTS`) and reads
+shard names back, so the code that finds a set on disk and the code that writes one cannot
+disagree. The names follow the Hugging Face layout, which is what people download and what
+`huggingface_hub` and transformers read:
 
 - safetensors: ``model.safetensors``; index ``model.safetensors.index.json``; shards
   ``model-00001-of-00004.safetensors``.
@@ -26,6 +28,8 @@ import re
 from typing import Final
 
 from weightstore.base._record import ValueRecord
+from weightstore.container._set_layout import INDEX_SUFFIX, SetLayout
+from weightstore.formats import FORMATS  # the records only: no reader loads with them
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -37,56 +41,11 @@ __all__ = [
     "parse_shard_name",
 ]
 
-INDEX_SUFFIX: Final = ".json"
-"""What every index name ends with, variant or not."""
-
 SHARD_NAME: Final = re.compile(
     r"(?P<stem>[^/\\]+?)(?:\.(?P<variant>[A-Za-z0-9_]+))?"
     r"-(?P<number>\d{5,})-of-(?P<count>\d{5,})(?:\.(?P<tag>[0-9a-f]{8,32}))?\.(?P<ext>[A-Za-z0-9]+)"
 )
 """A shard file name: stem, optional variant, 1-based number, count, optional tag, extension."""
-
-_VARIANT: Final = re.compile(r"[A-Za-z0-9_]+")
-
-
-class SetLayout(ValueRecord):
-    """How one format's sets are named: the stem and extension of its files.
-
-    Attributes:
-        format_name: the container format of the shards (``"safetensors"``).
-        stem: the file stem (``"model"``, ``"pytorch_model"``).
-        extension: the shards' and single file's extension, without the dot.
-    """
-
-    __slots__ = _FIELDS = ("format_name", "stem", "extension")
-
-    format_name: str
-    stem: str
-    extension: str
-
-    def __init__(self, format_name: str, stem: str, extension: str) -> None:
-        super().__init__(format_name, stem, extension)
-
-    def single_name(self, variant: str | None = None) -> str:
-        """The unsharded file: ``model.safetensors``, ``model.fp16.safetensors``."""
-        middle = "" if variant is None else f".{_checked_variant(variant)}"
-        return f"{self.stem}{middle}.{self.extension}"
-
-    def index_name(self, variant: str | None = None) -> str:
-        """The index: ``model.safetensors.index.json``, ``model.safetensors.index.fp16.json``."""
-        middle = "" if variant is None else f".{_checked_variant(variant)}"
-        return f"{self.stem}.{self.extension}.index{middle}{INDEX_SUFFIX}"
-
-    def shard_name(
-        self, number: int, count: int, variant: str | None = None, tag: str | None = None
-    ) -> str:
-        """Shard `number` (1-based) of `count`: ``model-00001-of-00004.safetensors``, with the
-        variant and tag where given (``model.fp16-00001-of-00004.a1b2c3d4.safetensors``)."""
-        if not 1 <= number <= count:
-            raise ValueError(f"shard number {number} is outside 1..{count}")
-        middle = "" if variant is None else f".{_checked_variant(variant)}"
-        suffix = "" if tag is None else f".{tag}"
-        return f"{self.stem}{middle}-{number:05d}-of-{count:05d}{suffix}.{self.extension}"
 
 
 class ShardName(ValueRecord):
@@ -124,22 +83,19 @@ def parse_shard_name(filename: str) -> ShardName | None:
     return ShardName(match["stem"], match["variant"], number, count, match["tag"], match["ext"])
 
 
-def _checked_variant(variant: str) -> str:
-    if not _VARIANT.fullmatch(variant):
-        raise ValueError(f"a variant is letters, digits and underscores, not {variant!r}")
-    return variant
-
-
-LAYOUTS: Final = (
-    SetLayout("safetensors", "model", "safetensors"),
-    SetLayout("burnpack", "model", "bpk"),
-    SetLayout("pytorch", "pytorch_model", "bin"),
+LAYOUTS: Final = tuple(
+    sorted(
+        (fmt.set_layout for fmt in FORMATS if fmt.set_layout is not None),
+        key=lambda layout: layout.search_rank,
+    )
 )
-"""Every format's set layout, in the order a directory holding several is searched."""
+"""Every format's set layout, in the order a directory holding several is searched (each
+layout's `SetLayout.search_rank`); a format whose record has no layout has no sets."""
+assert len({layout.search_rank for layout in LAYOUTS}) == len(LAYOUTS), "ranks are unique"
 
 
 def layout_for(format_name: str) -> SetLayout:
-    """The set layout of the format called `format_name`.
+    """The set layout of the format called `format_name`, from its registry record.
 
     Raises:
         KeyError: the format has no sets.

@@ -133,11 +133,9 @@ class SetPlan(ValueRecord):
         super().__init__(directory, layout, variant, set_id, tuple(shard_names))
 
     def __reduce__(self) -> tuple[Callable[..., SetPlan], tuple[object, ...]]:
-        layout = self.layout  # a record too, so it travels as its fields
-        fields = (layout.format_name, layout.stem, layout.extension)
-        return (
+        return (  # the layout pickles itself (`SetLayout.__reduce__`)
             _rebuilt_plan,
-            (self.directory, fields, self.variant, self.set_id, self.shard_names),
+            (self.directory, self.layout, self.variant, self.set_id, self.shard_names),
         )
 
     @property
@@ -157,13 +155,13 @@ class SetPlan(ValueRecord):
 
 def _rebuilt_plan(
     directory: str,
-    layout: tuple[str, str, str],
+    layout: SetLayout,
     variant: str | None,
     set_id: str,
     shard_names: tuple[str, ...],
 ) -> SetPlan:
     """A `SetPlan` from what its `__reduce__` sent."""
-    return SetPlan(directory, SetLayout(*layout), variant, set_id, shard_names)
+    return SetPlan(directory, layout, variant, set_id, shard_names)
 
 
 def plan_shards(entries: Sequence[TensorEntry], max_shard_size: int) -> list[list[TensorEntry]]:
