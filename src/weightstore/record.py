@@ -30,9 +30,9 @@ from weightstore.adapters import Adapter
 from weightstore.apply_result import ApplyResult, LoadFailure, LoadRules
 from weightstore.burnpack import BurnpackReader, BurnpackWriter
 from weightstore.entry import TensorEntry
+from weightstore.errors import LoadFailedError
 from weightstore.paths import PathFilter
 from weightstore.snapshot import TensorSnapshot
-from weightstore.stores import LoadFailedError
 from weightstore.transfer import DTypePolicy, apply, collect
 
 __all__ = ["ModuleRecord", "into_record", "load_record", "try_load_record"]
