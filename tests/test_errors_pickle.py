@@ -11,6 +11,7 @@ import pickle
 import pytest
 
 from weightstore import errors
+from weightstore.report import ApplyResult
 
 EXAMPLES: list[errors.WeightstoreError] = [
     errors.LimitExceeded("header size", 10**12, 10**8, path="m.safetensors", tensor="w"),
@@ -33,6 +34,12 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.UnsupportedObjectError("torch._utils._rebuild_qtensor", "quantized", path="q.pt"),
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
     errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
+    errors.LoadFailedError(
+        ApplyResult(applied=["a.w"], missing=[("b.w", "Net.Linear")], source="m.bpk"),
+        "missing",
+        "use .allow_partial(True)",
+        path="m.bpk",
+    ),
 ]
 
 

@@ -175,11 +175,18 @@ def test_plain_first_load_skips_path_adapter_and_failure_machinery(tmp_path: Pat
 
 
 def test_load_failed_error_is_one_class_under_every_name() -> None:
+    from weightstore.errors import LoadFailedError as defined
     from weightstore.stores import LoadFailedError
-    from weightstore.stores._load_failure import LoadFailedError as defined
 
     assert LoadFailedError is defined
     assert weightstore.LoadFailedError is defined
+
+
+def test_the_error_family_loads_no_load_report() -> None:
+    # LoadFailedError lives with the other errors, which every layer imports: catching it
+    # must not bring the load report's module (or the store's failure text) along.
+    loaded = _loaded_after("from weightstore import LoadFailedError, SetWarning")
+    assert loaded.isdisjoint({"weightstore.report", "weightstore.stores"}), loaded
 
 
 def test_store_options_keep_frozen_dataclass_behaviour() -> None:

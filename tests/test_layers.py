@@ -104,6 +104,7 @@ STANDS_ALONE: dict[str, StandsAlone] = {
                 "weightstore.base._render",  # bounded_repr: standard library only
                 "weightstore.base._record",  # the record base: standard library only
                 "weightstore.base._gc",  # collector_paused: standard library only
+                "weightstore.base._lazy",  # lazy exports: standard library only
             }
         ),
         frozenset({"numpy"}),

@@ -10,13 +10,13 @@ torch is never imported here: torch dtypes are named by their attribute on the `
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.errors import DTypeError
 
 if TYPE_CHECKING:
@@ -34,38 +34,10 @@ __all__ = [
     "from_safetensors",
     "from_torch",
     "from_torch_storage",
-    "import_on_first_use",
+    "import_on_first_use",  # defined in base._lazy; the commands import it from here
     "to_burnpack",
     "to_safetensors",
 ]
-
-
-class _ModuleOnFirstUse:
-    """A heavy module's stand-in in one module's globals: the first attribute read imports
-    the module and puts it in the stand-in's place, so later reads are a plain global."""
-
-    __slots__ = ("_alias", "_name", "_namespace")
-
-    def __init__(self, name: str, namespace: dict[str, Any], alias: str) -> None:
-        self._name, self._namespace, self._alias = name, namespace, alias
-
-    def __getattr__(self, attribute: str) -> Any:
-        module = importlib.import_module(self._name)
-        self._namespace[self._alias] = module
-        return getattr(module, attribute)
-
-    def __repr__(self) -> str:
-        return f"<{self._name}, imported on first use>"
-
-
-def import_on_first_use(name: str, namespace: dict[str, Any], alias: str) -> Any:
-    """Bind `alias` in `namespace` (a module's ``globals()``) to module `name`, imported when
-    first used: ``import weightstore`` and header-only work never pay for NumPy or ml_dtypes.
-
-    Use it as ``np = import_on_first_use("numpy", globals(), "np")`` beside an
-    ``if TYPE_CHECKING: import numpy as np`` for the type checker.
-    """
-    return _ModuleOnFirstUse(name, namespace, alias)
 
 
 if not TYPE_CHECKING:

@@ -29,7 +29,15 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── RemoteReadError (OSError)           a range request for a remote object's bytes failed
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
-    └── SliceError (IndexError)             a slice index out of range or of a kind not supported
+    ├── SliceError (IndexError)             a slice index out of range or of a kind not supported
+    ├── SnapshotLoadError (RuntimeError)    a snapshot's source failed or gave the wrong shape
+    └── LoadFailedError (ValueError)        a load broke one of its rules; `result` is the report
+
+    SetWarning (UserWarning)                a set's load leaves out files that look like its own
+
+Every error and warning class the package lets out is defined here (tests/test_package.py
+holds it); the exceptions that never leave a module (a pickle stand-in's refusal, ...) stay
+private beside their code.
 
 Messages follow one shape: ``<file>[, tensor '<name>']: <what went wrong>``. Facts travel as
 attributes (`path`, `tensor`) so tests and callers never parse text.
@@ -39,7 +47,9 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import ClassVar, Final
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
 
 from weightstore.base._render import bounded_repr
 
@@ -55,6 +65,7 @@ __all__ = [
     "InvalidOptionError",
     "KeyNotFoundError",
     "LimitExceeded",
+    "LoadFailedError",
     "MetadataError",
     "MissingStorageError",
     "PathIsDirectoryError",
@@ -64,7 +75,9 @@ __all__ = [
     "SaveFailedError",
     "SetError",
     "SetMismatchError",
+    "SetWarning",
     "SliceError",
+    "SnapshotLoadError",
     "TensorNotFoundError",
     "TruncatedError",
     "UnsupportedFormatError",
@@ -505,3 +518,92 @@ class SetError(FormatError):
 class SetMismatchError(SetError):
     """A shard carries another set id than its index: the directory mixes two saves (another
     tool rewrote shards in place, or files were copied between sets). Never loaded silently."""
+
+
+class SnapshotLoadError(WeightstoreError, RuntimeError):
+    """A snapshot's data could not be produced (its source failed or returned the wrong thing)."""
+
+
+class SetWarning(UserWarning):
+    """A set's directory holds files a load ignores that look like part of it (a stale single
+    file, stray shards), or a shard disagrees with the index about what it holds. The load
+    reads the set the index names; the warning says what was left out."""
+
+
+# -- the load report's verdict ----------------------------------------------------------------
+
+
+class LoadFailedError(WeightstoreError, ValueError):
+    """A load broke one of its rules (`LoadRules`); `result` has every detail.
+
+    When ``result.refused`` is set, the load was refused before anything was written and the
+    model is unchanged: every failure names, shapes and dtypes show is found so. Otherwise the
+    failure showed only while the model loaded (its own load code decided, or data failed to
+    read), and the tensors in ``result.applied`` were written. The message's first line says
+    what failed, whether the model changed, and what to do; the summary follows.
+
+    Attributes:
+        result: the load report, a `weightstore.ApplyResult` (typed loosely here: the report
+            lives layers above the errors, which every layer imports).
+        failure: the rule broken: ``"errors"``, ``"nothing_loaded"``, ``"missing"`` or
+            ``"unused"``.
+        fix: what to do, as the builder calls that do it.
+    """
+
+    def __init__(self, result: Any, failure: str, fix: str, *, path: str | None = None) -> None:
+        self.result, self.failure, self.fix = result, failure, fix
+        what = _FAILURE_TEXT[failure](result)
+        super().__init__(f"{what}; {_written_text(result)}; {fix}\n\n{result}", path=path)
+
+
+def _count(count: int, noun: str) -> str:
+    """``"1 tensor"``, ``"2 tensors"``, ``"2 shape mismatches"``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
+
+
+def _are(count: int, noun: str) -> str:
+    """``"1 tensor is"``, ``"2 tensors are"``."""
+    return f"{_count(count, noun)} {'is' if count == 1 else 'are'}"
+
+
+def _errors_text(result: Any) -> str:
+    """``"3 tensors cannot load (2 shape mismatches, 1 dtype mismatch)"``."""
+    kinds = Counter(error.kind.replace("_", " ") for error in result.errors)
+    listed = ", ".join(_count(number, kind) for kind, number in kinds.items())
+    return f"{_count(len(result.errors), 'tensor')} cannot load ({listed})"
+
+
+def _nothing_text(result: Any) -> str:
+    """``"no tensor would load into the model (9 missing from the source)"``."""
+    parts = [
+        f"{len(result.missing):,} missing from the source" if result.missing else "",
+        f"{len(result.skipped):,} filtered out" if result.skipped else "",
+        f"{len(result.errors):,} failing the checks" if result.errors else "",
+    ]
+    verb = "would load" if result.refused else "loaded"
+    return f"no tensor {verb} into the model ({', '.join(p for p in parts if p)})"
+
+
+# What failed, per rule of LoadRules: the start of the error's first line.
+_FAILURE_TEXT: Final[dict[str, Callable[[Any], str]]] = {
+    "errors": _errors_text,
+    "nothing_loaded": _nothing_text,
+    "missing": lambda r: f"{_are(len(r.missing), 'model tensor')} missing from the source",
+    "unused": lambda r: f"{_are(len(r.unused), 'source tensor')} not in the model",
+}
+
+
+def _written_text(result: Any) -> str:
+    """Whether the failed load changed the model."""
+    if result.refused is not None:
+        return "nothing was written, the model is unchanged"
+    if not result.applied:
+        return "no tensor was written"
+    count = len(result.applied)
+    written = f"{_count(count, 'tensor')} {'was' if count == 1 else 'were'}"
+    return (
+        f"{written} written before this showed (the model's own load code decided it, or data "
+        "failed to read): the model is partly loaded"
+    )

@@ -9,9 +9,10 @@ store)``), the Python form of Burn's extension trait. Plain functions work on an
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from weightstore.base._lazy import lazy_exports
 
 if TYPE_CHECKING:  # at run time these load with the first call, not with this module
     from weightstore.adapters import Adapter
@@ -19,21 +20,18 @@ if TYPE_CHECKING:  # at run time these load with the first call, not with this m
     from weightstore.report import ApplyResult
     from weightstore.snapshot import TensorSnapshot
     from weightstore.stores import Store
-    from weightstore.transfer._apply import apply, collect
+    from weightstore.transfer._apply import apply as apply
+    from weightstore.transfer._apply import collect as collect
 
-__all__ = ["ModuleSnapshot", "apply", "collect", "load_from", "save_into"]
-
-_FROM_TRANSFER = frozenset({"apply", "collect"})
-
-
-def __getattr__(name: str) -> Any:
-    """`apply` and `collect` are `weightstore.transfer`'s own functions, imported on first use
-    so that ``from weightstore import load_from`` loads no model-walking machinery."""
-    if name not in _FROM_TRANSFER:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("weightstore.transfer._apply"), name)
-    globals()[name] = value
-    return value
+# `apply` and `collect` are `weightstore.transfer`'s own functions, imported on first use so
+# that ``from weightstore import load_from`` loads no model-walking machinery.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(("apply", "collect"), "weightstore.transfer._apply"),
+        **dict.fromkeys(("ModuleSnapshot", "load_from", "save_into"), __name__),
+    },
+)
 
 
 def save_into(model: object, store: Store) -> str | None:

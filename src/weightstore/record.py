@@ -29,10 +29,10 @@ import numpy as np
 from weightstore.adapters import Adapter
 from weightstore.burnpack import BurnpackReader, BurnpackWriter
 from weightstore.entry import TensorEntry
+from weightstore.errors import LoadFailedError
 from weightstore.paths import PathFilter
 from weightstore.report import ApplyResult, LoadFailure
 from weightstore.snapshot import TensorSnapshot
-from weightstore.stores import LoadFailedError
 from weightstore.transfer._apply import DTypePolicy, apply, collect
 from weightstore.transfer._plan import LoadRules
 

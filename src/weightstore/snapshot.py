@@ -19,9 +19,9 @@ import numpy as np
 
 from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
-from weightstore.errors import WeightstoreError
+from weightstore.errors import SnapshotLoadError, WeightstoreError
 
-__all__ = ["ReaderLoad", "SnapshotLoadError", "TensorSnapshot", "part_reader", "reader_snapshots"]
+__all__ = ["ReaderLoad", "TensorSnapshot", "part_reader", "reader_snapshots"]
 
 ArrayLoader = Callable[[], "np.ndarray[Any, Any]"]
 
@@ -46,10 +46,6 @@ def part_reader(snapshot: TensorSnapshot) -> Callable[[Any], np.ndarray[Any, Any
     gives the whole tensor."""
     load = snapshot.load
     return load.read_part if type(load) is ReaderLoad else None
-
-
-class SnapshotLoadError(WeightstoreError, RuntimeError):
-    """A snapshot's data could not be produced (its source failed or returned the wrong thing)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,54 +11,46 @@ are imported inside the functions that need them, never at package import.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from weightstore.bridge._model import (
-    ModelBridge,
-    TensorSource,
-    TreeSlot,
-    is_torch_module,
-    is_torch_tensor,
-)
+from weightstore.base._lazy import lazy_exports
+from weightstore.bridge._model import ModelBridge as ModelBridge
+from weightstore.bridge._model import TensorSource as TensorSource
+from weightstore.bridge._model import TreeSlot as TreeSlot
+from weightstore.bridge._model import is_torch_module as is_torch_module
+from weightstore.bridge._model import is_torch_tensor as is_torch_tensor
 from weightstore.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from weightstore.bridge._sources import ModelFreeSource, validate_adapter
+    from weightstore.bridge._sources import ModelFreeSource as ModelFreeSource
+    from weightstore.bridge._sources import validate_adapter as validate_adapter
     from weightstore.report import ApplyResult
     from weightstore.snapshot import TensorSnapshot
 
-__all__ = [
-    "ModelBridge",
-    "ModelFreeSource",
-    "TensorSource",
-    "TreeSlot",
-    "bridge_for",
-    "is_jax_model",
-    "is_torch_module",
-    "is_torch_tensor",
-    "load_tree",
-    "source_for",
-    "to_data",
-    "to_torch",
-    "validate_adapter",
-]
-
-
 # Model-free sources are for saves only: a load (whose first call pays for every import on its
 # path) never imports them, nor the adapter classes they check against.
-_FROM_SOURCES = frozenset({"ModelFreeSource", "validate_adapter"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_SOURCES:
-        return getattr(importlib.import_module("weightstore.bridge._sources"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "ModelBridge", "TensorSource", "TreeSlot", "is_torch_module",
+                "is_torch_tensor",
+            ),
+            "weightstore.bridge._model",
+        ),
+        **dict.fromkeys(("ModelFreeSource", "validate_adapter"), "weightstore.bridge._sources"),
+        **dict.fromkeys(
+            ("bridge_for", "is_jax_model", "load_tree", "source_for", "to_data", "to_torch"),
+            __name__,
+        ),
+    },
+)  # fmt: skip
 
 
 def is_jax_model(model: object) -> bool:

@@ -31,13 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
 
 # Defined beside the registry record, which needs them without this module; re-exported here.
 from weightstore.burnpack._magic import EXTENSION as EXTENSION
 from weightstore.burnpack._magic import MAGIC as MAGIC
 from weightstore.burnpack._magic import MAGIC_BYTES as MAGIC_BYTES
-from weightstore.dtypes import DType, import_on_first_use
+from weightstore.dtypes import DType
 
 if TYPE_CHECKING:
     import cbor2

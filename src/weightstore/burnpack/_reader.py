@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
 from weightstore.burnpack._layout import (
     EXTENSION,
@@ -36,7 +37,7 @@ from weightstore.burnpack._layout import (
 from weightstore.container._format import path_for_read
 from weightstore.container._reader import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
 from weightstore.container._slice import TensorSlice
-from weightstore.dtypes import DType, from_burnpack, import_on_first_use
+from weightstore.dtypes import DType, from_burnpack
 from weightstore.errors import (
     DescriptorError,
     DTypeError,

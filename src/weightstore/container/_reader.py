@@ -12,8 +12,9 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import DType, import_on_first_use
+from weightstore.dtypes import DType
 from weightstore.errors import DescriptorError, DTypeError, LimitExceeded, TensorNotFoundError
 from weightstore.io._source import ByteSource, MemorySource, MmapSource
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import DType, import_on_first_use
+from weightstore.dtypes import DType
 from weightstore.errors import DTypeError, SliceError
 from weightstore.io._source import ByteSource, read_runs
 

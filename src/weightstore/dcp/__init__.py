@@ -20,53 +20,35 @@ classes) on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from weightstore.dcp._names import DCP_INDEX_NAME, is_dcp_checkpoint
-    from weightstore.dcp._reader import DcpReader, open_dcp
-    from weightstore.dcp._storage import (
-        BurnpackStorageReader,
-        BurnpackStorageWriter,
-        SafetensorsStorageReader,
-        SafetensorsStorageWriter,
-    )
-    from weightstore.dcp._values import OpaqueValue
+from weightstore.base._lazy import lazy_exports
 
-__all__ = [
-    "DCP_INDEX_NAME",
-    "BurnpackStorageReader",
-    "BurnpackStorageWriter",
-    "DcpReader",
-    "OpaqueValue",
-    "SafetensorsStorageReader",
-    "SafetensorsStorageWriter",
-    "is_dcp_checkpoint",
-    "open_dcp",
-]
+if TYPE_CHECKING:  # the table below, as type checkers see it
+    from weightstore.dcp._names import DCP_INDEX_NAME as DCP_INDEX_NAME
+    from weightstore.dcp._names import is_dcp_checkpoint as is_dcp_checkpoint
+    from weightstore.dcp._reader import DcpReader as DcpReader
+    from weightstore.dcp._reader import open_dcp as open_dcp
+    from weightstore.dcp._storage import BurnpackStorageReader as BurnpackStorageReader
+    from weightstore.dcp._storage import BurnpackStorageWriter as BurnpackStorageWriter
+    from weightstore.dcp._storage import SafetensorsStorageReader as SafetensorsStorageReader
+    from weightstore.dcp._storage import SafetensorsStorageWriter as SafetensorsStorageWriter
+    from weightstore.dcp._values import OpaqueValue as OpaqueValue
 
-_LAZY = {
-    "BurnpackStorageReader": "weightstore.dcp._storage",
-    "BurnpackStorageWriter": "weightstore.dcp._storage",
-    "SafetensorsStorageReader": "weightstore.dcp._storage",
-    "SafetensorsStorageWriter": "weightstore.dcp._storage",
-    "DCP_INDEX_NAME": "weightstore.dcp._names",
-    "is_dcp_checkpoint": "weightstore.dcp._names",
-    "DcpReader": "weightstore.dcp._reader",
-    "open_dcp": "weightstore.dcp._reader",
-    "OpaqueValue": "weightstore.dcp._values",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(("DCP_INDEX_NAME", "is_dcp_checkpoint"), "weightstore.dcp._names"),
+        **dict.fromkeys(("DcpReader", "open_dcp"), "weightstore.dcp._reader"),
+        **dict.fromkeys(
+            (
+                "BurnpackStorageReader",
+                "BurnpackStorageWriter",
+                "SafetensorsStorageReader",
+                "SafetensorsStorageWriter",
+            ),
+            "weightstore.dcp._storage",
+        ),
+        "OpaqueValue": "weightstore.dcp._values",
+    },
+)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record, ValueRecord
 from weightstore.base._render import bounded_repr
 from weightstore.dcp._index import (
@@ -30,7 +31,7 @@ from weightstore.dcp._index import (
     locate_rank_files,
     read_dcp_index,
 )
-from weightstore.dtypes import DType, import_on_first_use
+from weightstore.dtypes import DType
 from weightstore.errors import (
     SetError,
     SetMismatchError,

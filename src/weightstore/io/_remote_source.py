@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore.dtypes import import_on_first_use
+from weightstore.base._lazy import import_on_first_use
 from weightstore.errors import InvalidOptionError
 from weightstore.io._fs import filesystem_for, read_first, read_range, split_options
 from weightstore.io._source import ByteSource, _check_range

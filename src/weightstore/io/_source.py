@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, Protocol
 
-from weightstore.dtypes import import_on_first_use
+from weightstore.base._lazy import import_on_first_use
 from weightstore.errors import FileMissingError, PathIsDirectoryError, TruncatedError
 
 if TYPE_CHECKING:

@@ -19,9 +19,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import TORCH_STORAGE_CLASSES, import_on_first_use
+from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader import _rebuild
 from weightstore.pytorch_reader._objects import (
     TORCH_DTYPES,

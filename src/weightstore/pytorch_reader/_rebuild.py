@@ -17,8 +17,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import TORCH_STORAGE_CLASSES, import_on_first_use
+from weightstore.dtypes import TORCH_STORAGE_CLASSES
 from weightstore.pytorch_reader._layout import MAX_NDIM
 from weightstore.pytorch_reader._objects import (
     Context,

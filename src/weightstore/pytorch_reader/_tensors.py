@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import DType, from_torch, import_on_first_use
+from weightstore.dtypes import DType, from_torch
 from weightstore.errors import (
     DescriptorError,
     DTypeError,

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import import_on_first_use
 from weightstore.errors import DescriptorError, LimitExceeded
 from weightstore.pytorch_reader._layout import Limits
 from weightstore.pytorch_reader._objects import (

@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
-from weightstore.dtypes import import_on_first_use
 from weightstore.errors import (
     ArchiveError,
     DescriptorError,

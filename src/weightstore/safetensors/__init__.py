@@ -8,43 +8,45 @@ byte-identical to the `safetensors` package for the same tensors and metadata.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from weightstore.safetensors._format import FORMAT
-from weightstore.safetensors._layout import (
-    DATA_ALIGNMENT,
-    DTYPE_RANK,
-    EXTENSION,
-    MAX_HEADER_SIZE,
-    METADATA_KEY,
-    PREFIX_SIZE,
-    TensorDescriptor,
-)
+from weightstore.base._lazy import lazy_exports
+from weightstore.safetensors._format import FORMAT as FORMAT
+from weightstore.safetensors._layout import DATA_ALIGNMENT as DATA_ALIGNMENT
+from weightstore.safetensors._layout import DTYPE_RANK as DTYPE_RANK
+from weightstore.safetensors._layout import EXTENSION as EXTENSION
+from weightstore.safetensors._layout import MAX_HEADER_SIZE as MAX_HEADER_SIZE
+from weightstore.safetensors._layout import METADATA_KEY as METADATA_KEY
+from weightstore.safetensors._layout import PREFIX_SIZE as PREFIX_SIZE
+from weightstore.safetensors._layout import TensorDescriptor as TensorDescriptor
 
-if TYPE_CHECKING:
-    from weightstore.container._slice import TensorSlice
+if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
+    from weightstore.container._slice import TensorSlice as TensorSlice
     from weightstore.entry import TensorEntry
-    from weightstore.safetensors._reader import SafetensorsReader
-    from weightstore.safetensors._writer import SafetensorsWriter
+    from weightstore.safetensors._reader import SafetensorsReader as SafetensorsReader
+    from weightstore.safetensors._writer import SafetensorsWriter as SafetensorsWriter
 
-__all__ = [
-    "DATA_ALIGNMENT",
-    "DTYPE_RANK",
-    "EXTENSION",
-    "FORMAT",
-    "MAX_HEADER_SIZE",
-    "METADATA_KEY",
-    "PREFIX_SIZE",
-    "SafetensorsReader",
-    "SafetensorsWriter",
-    "TensorDescriptor",
-    "TensorSlice",
-    "write_bytes",
-    "write_file",
-]
+# The reader and writer (and NumPy) load on first use: the format registry imports this package
+# for `FORMAT`, and most programs open few formats.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "FORMAT": "weightstore.safetensors._format",
+        **dict.fromkeys(
+            (
+                "DATA_ALIGNMENT", "DTYPE_RANK", "EXTENSION", "MAX_HEADER_SIZE", "METADATA_KEY",
+                "PREFIX_SIZE", "TensorDescriptor",
+            ),
+            "weightstore.safetensors._layout",
+        ),
+        "SafetensorsReader": "weightstore.safetensors._reader",
+        "SafetensorsWriter": "weightstore.safetensors._writer",
+        "TensorSlice": "weightstore.container._slice",
+        **dict.fromkeys(("write_bytes", "write_file"), __name__),
+    },
+)  # fmt: skip
 
 
 def write_bytes(
@@ -74,24 +76,3 @@ def write_file(
 
     writer = SafetensorsWriter(entries, metadata, keep_order=keep_order)
     return writer.save(path, overwrite=overwrite, durable=durable)
-
-
-# The reader and writer (and NumPy) load on first use: the format registry imports this package
-# for `FORMAT`, and most programs open few formats.
-_LAZY: dict[str, str] = {
-    "SafetensorsReader": "weightstore.safetensors._reader",
-    "SafetensorsWriter": "weightstore.safetensors._writer",
-    "TensorSlice": "weightstore.container._slice",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -25,10 +25,11 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._gc import collector_paused
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
 from weightstore.container._reader import ContainerReader, Span, parse_shape_and_offsets, spans_of
 from weightstore.container._slice import TensorSlice
-from weightstore.dtypes import ALL_DTYPES, DType, from_safetensors, import_on_first_use
+from weightstore.dtypes import ALL_DTYPES, DType, from_safetensors
 from weightstore.errors import (
     DescriptorError,
     DTypeError,

@@ -1,96 +1,61 @@
 """Sharded checkpoint sets: a directory of single-file containers and the index that is its
 only commit point (docs/sharded.md).
 
-Each name loads its module on first use (`__getattr__`), as the package root does: the command
-line asks `_discover` whether every path it is given names a set, and that question must not
-load the reader, the writer and the DCP modules with it.
+Each name loads its module on first use (`weightstore.base._lazy`), as the package root's do:
+the command line asks `_discover` whether every path it is given names a set, and that question
+must not load the reader, the writer and the DCP modules with it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` provides them
-    from weightstore.sets._discover import SetWarning, find_set
-    from weightstore.sets._index import MAX_INDEX_SIZE, SET_ID_KEY, SetIndex, read_index
-    from weightstore.sets._layout import (
-        LAYOUTS,
-        SetLayout,
-        ShardName,
-        layout_for,
-        parse_shard_name,
-    )
-    from weightstore.sets._reader import SetReader, SetReport, open_set
-    from weightstore.sets._size import parse_size
-    from weightstore.sets._writer import (
-        DEFAULT_MAX_SHARD_SIZE,
-        SetPlan,
-        commit_set,
-        plan_set,
-        plan_shards,
-        write_set,
-        write_shard,
-    )
+from weightstore.base._lazy import lazy_exports
 
-_HOME: dict[str, str] = {
-    **dict.fromkeys(("SetWarning", "find_set"), "_discover"),
-    **dict.fromkeys(("MAX_INDEX_SIZE", "SET_ID_KEY", "SetIndex", "read_index"), "_index"),
-    **dict.fromkeys(
-        ("LAYOUTS", "SetLayout", "ShardName", "layout_for", "parse_shard_name"), "_layout"
-    ),
-    **dict.fromkeys(("SetReader", "SetReport", "open_set"), "_reader"),
-    "parse_size": "_size",
-    **dict.fromkeys(
-        (
-            "DEFAULT_MAX_SHARD_SIZE",
-            "SetPlan",
-            "commit_set",
-            "plan_set",
-            "plan_shards",
-            "write_set",
-            "write_shard",
+if TYPE_CHECKING:  # the table below, as type checkers see it
+    from weightstore.errors import SetWarning as SetWarning
+    from weightstore.sets._discover import find_set as find_set
+    from weightstore.sets._index import MAX_INDEX_SIZE as MAX_INDEX_SIZE
+    from weightstore.sets._index import SET_ID_KEY as SET_ID_KEY
+    from weightstore.sets._index import SetIndex as SetIndex
+    from weightstore.sets._index import read_index as read_index
+    from weightstore.sets._layout import LAYOUTS as LAYOUTS
+    from weightstore.sets._layout import SetLayout as SetLayout
+    from weightstore.sets._layout import ShardName as ShardName
+    from weightstore.sets._layout import layout_for as layout_for
+    from weightstore.sets._layout import parse_shard_name as parse_shard_name
+    from weightstore.sets._reader import SetReader as SetReader
+    from weightstore.sets._reader import SetReport as SetReport
+    from weightstore.sets._reader import open_set as open_set
+    from weightstore.sets._size import parse_size as parse_size
+    from weightstore.sets._writer import DEFAULT_MAX_SHARD_SIZE as DEFAULT_MAX_SHARD_SIZE
+    from weightstore.sets._writer import SetPlan as SetPlan
+    from weightstore.sets._writer import commit_set as commit_set
+    from weightstore.sets._writer import plan_set as plan_set
+    from weightstore.sets._writer import plan_shards as plan_shards
+    from weightstore.sets._writer import write_set as write_set
+    from weightstore.sets._writer import write_shard as write_shard
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "SetWarning": "weightstore.errors",
+        "find_set": "weightstore.sets._discover",
+        **dict.fromkeys(
+            ("MAX_INDEX_SIZE", "SET_ID_KEY", "SetIndex", "read_index"), "weightstore.sets._index"
         ),
-        "_writer",
-    ),
-}
-
-__all__ = [
-    "DEFAULT_MAX_SHARD_SIZE",
-    "LAYOUTS",
-    "MAX_INDEX_SIZE",
-    "SET_ID_KEY",
-    "SetIndex",
-    "SetLayout",
-    "SetPlan",
-    "SetReader",
-    "SetReport",
-    "SetWarning",
-    "ShardName",
-    "commit_set",
-    "find_set",
-    "layout_for",
-    "open_set",
-    "parse_shard_name",
-    "parse_size",
-    "plan_set",
-    "plan_shards",
-    "read_index",
-    "write_set",
-    "write_shard",
-]
-assert set(__all__) == set(_HOME), "every public name has a home module"
-
-
-def __getattr__(name: str) -> Any:
-    """Import a name's module on first use and keep the name here."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+        **dict.fromkeys(
+            ("LAYOUTS", "SetLayout", "ShardName", "layout_for", "parse_shard_name"),
+            "weightstore.sets._layout",
+        ),
+        **dict.fromkeys(("SetReader", "SetReport", "open_set"), "weightstore.sets._reader"),
+        "parse_size": "weightstore.sets._size",
+        **dict.fromkeys(
+            (
+                "DEFAULT_MAX_SHARD_SIZE", "SetPlan", "commit_set", "plan_set", "plan_shards",
+                "write_set", "write_shard",
+            ),
+            "weightstore.sets._writer",
+        ),
+    },
+)  # fmt: skip

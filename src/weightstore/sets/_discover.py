@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from weightstore.base._record import Record
-from weightstore.errors import SetError, UnsupportedFormatError
+from weightstore.errors import SetError, SetWarning, UnsupportedFormatError
 from weightstore.io import is_url
 from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
 
@@ -39,7 +39,7 @@ __all__ = [
     "WHY_STALE_SINGLE",
     "WHY_STRAY_SHARD",
     "SetLocation",
-    "SetWarning",
+    "SetWarning",  # defined in weightstore.errors; the commands import it from here
     "find_set",
     "formats_in",
     "is_index_name",
@@ -66,12 +66,6 @@ SafeTensors shards, as many Hugging Face repositories hold both)."""
 
 _VARIANT: Final = re.compile(r"[A-Za-z0-9_]+")
 _WARNED: Final = frozenset({WHY_STALE_SINGLE, WHY_STRAY_SHARD})  # a damaged directory, not a choice
-
-
-class SetWarning(UserWarning):
-    """A set's directory holds files a load ignores that look like part of it (a stale single
-    file, stray shards), or a shard disagrees with the index about what it holds. The load
-    reads the set the index names; the warning says what was left out."""
 
 
 class SetLocation(Record):

@@ -26,12 +26,12 @@ from weightstore.base._record import Record
 from weightstore.errors import (
     SetError,
     SetMismatchError,
+    SetWarning,
     TensorNotFoundError,
     UnsupportedFormatError,
 )
 from weightstore.sets._discover import (
     SetLocation,
-    SetWarning,
     find_set,
     needs_warning,
     stray_shards,
