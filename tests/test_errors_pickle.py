@@ -33,6 +33,14 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.UnsupportedObjectError("torch._utils._rebuild_qtensor", "quantized", path="q.pt"),
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
     errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
+    errors.ModuleTypeNeededError(
+        "cannot tell",
+        tensors=("emb.weight",),
+        candidates=("Linear", "Embedding"),
+        misfit=False,
+        subject="'emb.weight' (a 2-D weight)",
+        others="",
+    ),
 ]
 
 

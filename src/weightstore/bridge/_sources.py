@@ -95,8 +95,7 @@ class ModelFreeSource:
 
     def snapshots(self) -> list[TensorSnapshot]:
         """The snapshots, unread; those without a container typed from names and shapes."""
-        untyped = [snapshot for snapshot in self.items if not snapshot.container]
-        if not untyped:
+        if all(snapshot.container for snapshot in self.items):
             return list(self.items)
         guesses = infer_module_types(self.items)
         return [
