@@ -40,6 +40,14 @@ EXAMPLES: list[errors.WeightstoreError] = [
         "use .allow_partial(True)",
         path="m.bpk",
     ),
+    errors.ModuleTypeNeededError(
+        "cannot tell",
+        tensors=("emb.weight",),
+        candidates=("Linear", "Embedding"),
+        misfit=False,
+        subject="'emb.weight' (a 2-D weight)",
+        others="",
+    ),
 ]
 
 

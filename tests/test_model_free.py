@@ -4,8 +4,9 @@ Each source kind is saved into burnpack and SafeTensors, in memory and on disk, 
 the bytes the same tensors give from a plain dict of arrays (in the source's order), with the
 destination's builders applied the same way (filter, remapping, a float cast, metadata). A
 source whose loaders count how many arrays are alive shows that a save holds one tensor at a
-time. Also here: the ``format`` metadata pair (``pt`` from torch), module-typed adapters
-refused for sources without module types, and the path a save returns.
+time. Also here: the ``format`` metadata pair (``pt`` from torch), module types inferred from
+names and shapes for module-typed adapters (refused where they would act on a guess, and for a
+NumPy dict, which names no modules), and the path a save returns.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from weightstore.adapters import (
 )
 from weightstore.burnpack import BurnpackReader
 from weightstore.dtypes import from_name
+from weightstore.errors import ModuleTypeNeededError
 from weightstore.safetensors import SafetensorsReader
 
 STORE_TYPES = [BurnpackStore, SafetensorsStore]
@@ -512,17 +514,44 @@ TYPED_ADAPTERS: dict[str, Callable[[], Any]] = {
 }
 
 
+MODEL_FREE_KINDS = sorted(kind for kind in KINDS if kind != "flat-numpy")  # a NumPy dict: a model
+
+
 @pytest.mark.parametrize("adapter", sorted(TYPED_ADAPTERS))
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_adapters_keyed_on_module_types_are_refused_without_them(
-    kind: str, adapter: str, tmp_path: Path
-) -> None:
-    source = KINDS[kind](tmp_path)
+def test_a_numpy_dict_names_no_modules_and_keeps_refusing(adapter: str, tmp_path: Path) -> None:
     store = BurnpackStore.from_file(tmp_path / "out").with_to_adapter(TYPED_ADAPTERS[adapter]())
     with pytest.raises(InvalidOptionError) as caught:
-        save_into(source.value, store)
+        save_into(_flat_numpy(tmp_path).value, store)
     assert caught.value.option == "to_adapter" and isinstance(caught.value, ValueError)
     assert not (tmp_path / "out.bpk").exists()
+
+
+@pytest.mark.parametrize("adapter", ["pytorch-to-burn", "chained"])
+@pytest.mark.parametrize("kind", MODEL_FREE_KINDS)
+def test_an_owner_the_layout_cannot_settle_is_refused(
+    kind: str, adapter: str, tmp_path: Path
+) -> None:
+    source = KINDS[kind](tmp_path)  # decoder.weight, 2-D with no bias: Linear or Embedding
+    store = BurnpackStore.from_file(tmp_path / "out").with_to_adapter(TYPED_ADAPTERS[adapter]())
+    with pytest.raises(ModuleTypeNeededError) as caught:
+        save_into(source.value, store)
+    assert caught.value.tensors == ("decoder.weight",) and caught.value.option == "module_type"
+    assert "PyTorchToBurnAdapter treats them differently" in str(caught.value)
+    assert not (tmp_path / "out.bpk").exists()
+
+
+@pytest.mark.parametrize("kind", MODEL_FREE_KINDS)
+def test_module_types_inferred_from_names_and_shapes_drive_half_precision(
+    kind: str, tmp_path: Path
+) -> None:
+    store = BurnpackStore.from_bytes().with_to_adapter(HalfPrecisionAdapter())
+    saved = BurnpackStore.from_bytes(_saved(KINDS[kind](tmp_path).value, store))
+    dtypes = {name: s.dtype.name for name, s in saved.get_all_snapshots().items()}
+    # encoder.0 is a Linear; decoder may be a Linear or an Embedding, halved alike
+    assert dtypes == {
+        "encoder.0.weight": "F16", "encoder.0.bias": "F16", "decoder.weight": "F16",
+        "steps": "I64",
+    }  # fmt: skip
 
 
 def test_a_torch_model_keeps_its_layout_adapter() -> None:
@@ -542,11 +571,16 @@ def test_snapshots_that_name_their_modules_keep_the_layout_adapter() -> None:
     np.testing.assert_array_equal(saved.to_numpy(), weight.T)
 
 
-def test_model_free_snapshots_have_no_container(tmp_path: Path) -> None:
+def test_model_free_snapshots_carry_the_module_types_their_names_and_shapes_show(
+    tmp_path: Path,
+) -> None:
     for kind in ("safetensors-store", "safetensors-reader", "torch-state-dict"):
-        snapshots = collect(KINDS[kind](tmp_path).value)
-        assert {s.container for s in snapshots} == {()}, kind
-        assert {s.container_path for s in snapshots} == {""}, kind
+        snapshots = {s.full_path: s.container for s in collect(KINDS[kind](tmp_path).value)}
+        assert snapshots == {
+            "encoder.0.weight": ("Linear",), "encoder.0.bias": ("Linear",),
+            "decoder.weight": ("Linear",),  # ambiguous: its first candidate
+            "steps": (),  # no rule types it
+        }, kind  # fmt: skip
 
 
 # -- what a save returns, what it refuses ------------------------------------------------------

@@ -23,6 +23,7 @@ resembles, so callers can catch ours or keep their old handlers::
     │   └── KeyNotFoundError                a top-level key or entry that is not in the file
     ├── EntryError (ValueError)             a writer was handed a bad tensor entry
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
+    │   └── ModuleTypeNeededError           a module type an adapter needs, unsettled
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
     ├── SaveFailedError (OSError)           a save could not write its file (disk full, ...)
@@ -68,6 +69,7 @@ __all__ = [
     "LoadFailedError",
     "MetadataError",
     "MissingStorageError",
+    "ModuleTypeNeededError",
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
@@ -607,3 +609,40 @@ def _written_text(result: Any) -> str:
         f"{written} written before this showed (the model's own load code decided it, or data "
         "failed to read): the model is partly loaded"
     )
+
+
+class ModuleTypeNeededError(InvalidOptionError):
+    """An adapter that decides by module type (the PyTorch <-> Burn layout, half precision)
+    meets tensors whose owning module their names and shapes do not settle: they fit several
+    types the adapter treats differently (a 2-D weight alone: Linear or Embedding), or a Linear
+    laid out as the other framework lays it out (a file already converted). Guessing would
+    write a file that only looks converted, so the caller names the type
+    (`weightstore.adapters.assign_module_types`; ``--module-type`` on the command line).
+
+    Attributes:
+        tensors: every tensor at fault, in the source's order; the message names the first.
+        candidates: the module types the first may be; empty for a Linear laid out the other
+            way.
+        misfit: True for a Linear laid out the other way, False for an ambiguous owner.
+        subject: the first tensor and what its module holds, as the message shows them
+            (``'emb.weight' (a 2-D weight with no bias: Linear or Embedding)``).
+        others: the message's note on the rest (`` (2 more: 'a.weight', 'b.weight')``), or
+            ``""``; the command line words its own message from `subject` and `others`.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        tensors: tuple[str, ...],
+        candidates: tuple[str, ...],
+        misfit: bool,
+        subject: str,
+        others: str,
+    ) -> None:
+        super().__init__(detail, option="module_type")
+        self.tensors = tensors
+        self.candidates = candidates
+        self.misfit = misfit
+        self.subject = subject
+        self.others = others

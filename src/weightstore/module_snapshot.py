@@ -53,8 +53,13 @@ def save_into(model: object, store: Store) -> str | None:
 
     Raises:
         InvalidOptionError: `model` is no source; or the store's to-adapter decides by module
-            type (`PyTorchToBurnAdapter`, `HalfPrecisionAdapter`) and the source names none
-            (only torch modules do), so it would change nothing.
+            type (`PyTorchToBurnAdapter`, `HalfPrecisionAdapter`) and `model` is a dict of
+            NumPy arrays, which names no modules.
+        ModuleTypeNeededError: the to-adapter decides by module type and a model-free
+            source's names and shapes do not settle one it would act on (a 2-D weight alone:
+            Linear or Embedding); `weightstore.adapters.assign_module_types` names them. A
+            file's other tensors are typed from their names and shapes, as ``weightstore
+            convert`` types them.
         DestinationExistsError: the file exists and the store's `overwrite` is off.
 
     Example:

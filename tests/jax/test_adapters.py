@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from weightstore import InvalidOptionError, SafetensorsStore, TensorSnapshot, save_into
+from weightstore import SafetensorsStore, TensorSnapshot, save_into
 from weightstore.adapters import (
     Adapter,
     BurnToFlaxAdapter,
@@ -18,6 +18,7 @@ from weightstore.adapters import (
     FlaxToPyTorchAdapter,
     PyTorchToFlaxAdapter,
 )
+from weightstore.errors import ModuleTypeNeededError
 
 _GENERATOR = np.random.default_rng(0)
 
@@ -182,10 +183,19 @@ def test_unknown_names_and_modules_have_no_alternative() -> None:
     assert repr(FlaxToBurnAdapter()) == "FlaxToBurnAdapter()"
 
 
-def test_a_store_names_no_modules_so_a_flax_layout_save_from_it_is_refused(tmp_path: Any) -> None:
+def test_a_flax_layout_save_from_a_store_types_its_tensors_by_names_and_shapes(
+    tmp_path: Any,
+) -> None:
     source = SafetensorsStore.from_file(tmp_path / "a.safetensors")
-    save_into({"fc": {"weight": np.ones((2, 3), np.float32)}}, source)
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3)
+    save_into({"fc": {"weight": weight}}, source)  # 2-D alone: a Linear or an Embedding
     target = SafetensorsStore.from_file(tmp_path / "b.safetensors")
-    with pytest.raises(InvalidOptionError, match="PyTorchToFlaxAdapter decides by module type"):
+    with pytest.raises(ModuleTypeNeededError, match="PyTorchToFlaxAdapter treats them differ"):
         save_into(source, target.with_to_adapter(PyTorchToFlaxAdapter()))
     assert not (tmp_path / "b.safetensors").exists()
+    save_into({"fc": {"weight": weight, "bias": np.zeros(2, np.float32)}}, source.overwrite())
+    with_bias = SafetensorsStore.from_file(tmp_path / "a.safetensors")  # with its bias: a Linear
+    save_into(with_bias, target.with_to_adapter(PyTorchToFlaxAdapter()))
+    kernel = SafetensorsStore.from_file(tmp_path / "b.safetensors").get_tensor("fc.kernel")
+    assert kernel is not None
+    np.testing.assert_array_equal(kernel.to_numpy(), weight.T)

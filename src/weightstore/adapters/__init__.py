@@ -5,11 +5,23 @@ conventions (Linear weights transposed, norm parameters renamed), `PyTorchToFlax
 `FlaxToPyTorchAdapter` and `BurnToFlaxAdapter` / `FlaxToBurnAdapter` between theirs and Flax's
 (kernels laid out, norm and embedding parameters renamed), `HalfPrecisionAdapter` and
 `FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two.
+
+All but `FloatCastAdapter` decide by the type of the module owning each tensor. A model knows
+it; for a file, `infer_module_types` reads it from names and shapes, and `assign_module_types`
+types snapshots for one adapter, refusing (`ModuleTypeNeededError`) where the adapter would
+act on a guess.
 """
 
 from __future__ import annotations
 
 from weightstore.adapters._base import Adapter, ChainAdapter, IdentityAdapter
+from weightstore.adapters._inference import (
+    ModuleGuess,
+    ModuleTypeRule,
+    assign_module_types,
+    infer_module_types,
+    needs_module_types,
+)
 from weightstore.adapters._module_types import NORMALIZATION_TYPES, burn_module_type
 from weightstore.adapters._precision import (
     DEFAULT_HALF_PRECISION_MODULES,
@@ -38,7 +50,12 @@ __all__ = [
     "FloatCastAdapter",
     "HalfPrecisionAdapter",
     "IdentityAdapter",
+    "ModuleGuess",
+    "ModuleTypeRule",
     "PyTorchToBurnAdapter",
     "PyTorchToFlaxAdapter",
+    "assign_module_types",
     "burn_module_type",
+    "infer_module_types",
+    "needs_module_types",
 ]

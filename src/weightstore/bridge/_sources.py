@@ -16,39 +16,35 @@ next, so converting a file larger than memory holds one tensor at a time.
                     mappings joined with dots), as given. Framework ``pt`` when a torch tensor
                     is in it. A mapping of NumPy arrays alone stays a model (`NumpyDictBridge`).
 
-Module types: none of these names the modules that own its tensors, so their snapshots have
-an empty container (a snapshot the caller built keeps its own). Adapters keyed on module
-types (`MODULE_TYPED_ADAPTERS`: the Burn and Flax layouts, half precision) would change
-nothing and leave a file that only looks converted; `validate_adapter` refuses them instead.
-torch is imported only when a torch tensor is seen, never to look for one.
+Module types: none of these names the modules that own its tensors, so each snapshot without
+one (a snapshot the caller built keeps its own) is typed from the names and shapes, as
+``weightstore convert`` types a file's (`weightstore.adapters.infer_module_types`): ``fc.weight``
+beside a bias of its output size is a Linear's, an ambiguous owner takes its first candidate,
+and a tensor no rule types keeps an empty container. Adapters keyed on module types (the Burn
+and Flax layouts, half precision) then act on them; where one would act on a guess (an owner
+that may be a Linear or an Embedding, which the adapter treats differently, or a Linear laid
+out the other way), `validate_adapter` refuses the save (`ModuleTypeNeededError`), and the
+caller names the types with `assign_module_types`. torch is imported only when a torch tensor
+is seen, never to look for one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 
-from weightstore.adapters import (
-    Adapter,
-    BurnToFlaxAdapter,
-    BurnToPyTorchAdapter,
-    ChainAdapter,
-    FlaxToBurnAdapter,
-    FlaxToPyTorchAdapter,
-    HalfPrecisionAdapter,
-    PyTorchToBurnAdapter,
-    PyTorchToFlaxAdapter,
-)
+from weightstore.adapters import Adapter, assign_module_types, infer_module_types
+from weightstore.adapters._inference import module_typed_adapters
 from weightstore.bridge._model import TensorSource, aliases_by_key, is_torch_tensor
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot, reader_snapshots
 
 __all__ = [
     "FRAMEWORKS",
-    "MODULE_TYPED_ADAPTERS",
     "ModelFreeSource",
     "is_array_tree",
     "model_free_source",
@@ -59,12 +55,6 @@ FRAMEWORKS: Final = frozenset({"pt", "tf", "flax", "mlx"})
 """SafeTensors ``format`` values that name a framework: those transformers accepts (older
 versions refuse a file whose ``format`` is anything else). A source file's own pair is carried
 over only when it is one of these."""
-
-MODULE_TYPED_ADAPTERS: Final = (
-    HalfPrecisionAdapter, PyTorchToBurnAdapter, BurnToPyTorchAdapter, PyTorchToFlaxAdapter,
-    FlaxToPyTorchAdapter, BurnToFlaxAdapter, FlaxToBurnAdapter,
-)  # fmt: skip
-"""Adapters that decide by the owning module's type and change nothing without one."""
 
 _PYTORCH_FRAMEWORK: Final = "pt"  # a PyTorch checkpoint's tensors, read with torch or without
 
@@ -94,17 +84,25 @@ class ModelFreeSource:
 
     @property
     def module_types(self) -> bool:
-        """True only when every snapshot names its owning module (snapshots the caller built
-        with a container); stores, readers and state dicts know none."""
-        return all(snapshot.container for snapshot in self.items)
+        """True: each snapshot names its owning module, as the caller built it or as its names
+        and shapes show it (`snapshots`); `validate_adapter` checks that the adapter asked for
+        acts on no guess."""
+        return True
 
     def aliases(self) -> dict[str, str]:
         """The ties, later name -> first name."""
         return dict(self.ties)
 
     def snapshots(self) -> list[TensorSnapshot]:
-        """The snapshots, unread."""
-        return list(self.items)
+        """The snapshots, unread; those without a container typed from names and shapes."""
+        if all(snapshot.container for snapshot in self.items):
+            return list(self.items)
+        guesses = infer_module_types(self.items)
+        return [
+            snapshot if snapshot.container
+            else dataclasses.replace(snapshot, container=guesses[snapshot.full_path].candidates[:1])
+            for snapshot in self.items
+        ]  # fmt: skip
 
 
 def model_free_source(source: object) -> ModelFreeSource | None:
@@ -130,31 +128,35 @@ def is_array_tree(source: object) -> bool:
 
 
 def validate_adapter(adapter: Adapter, source: TensorSource) -> None:
-    """Refuse an adapter that keys on module types for a source that names none.
+    """Refuse an adapter that keys on module types for a source whose types it cannot trust.
+
+    A model-free source types its snapshots from names and shapes (`ModelFreeSource.snapshots`);
+    the adapter is refused where it would act on a guess, as ``weightstore convert`` refuses
+    it. A model that names no modules (a dict of NumPy arrays) is refused outright.
 
     Raises:
-        InvalidOptionError: `adapter` is (or chains) one of `MODULE_TYPED_ADAPTERS` and the
-            source's snapshots have no module types; ``option`` is ``"to_adapter"``.
+        ModuleTypeNeededError: a model-free source holds an owner `adapter` cannot settle (an
+            ambiguous one it treats differently per candidate, or a Linear laid out the other
+            way); ``option`` is ``"module_type"``.
+        InvalidOptionError: `adapter` is (or chains) one of the module-typed adapters and the
+            model names no module types; ``option`` is ``"to_adapter"``.
     """
-    typed = next(_module_typed(adapter), None)
-    if typed is None or source.module_types:
+    typed = next(module_typed_adapters(adapter), None)
+    if typed is None:
+        return
+    if isinstance(source, ModelFreeSource):
+        assign_module_types(source.items, adapter)  # raises where it would type by a guess
+        return
+    if source.module_types:
         return
     raise InvalidOptionError(
         f"{type(typed).__name__} decides by module type (Linear, the norm layers), and the "
-        "tensors being saved name no modules (only torch and JAX models do: stores, readers, "
-        "state dicts and NumPy dicts do not), so it would change nothing; save from the model, "
-        "or use FloatCastAdapter for a dtype cast",
+        "tensors being saved name no modules (a dict of NumPy arrays does not), so it would "
+        "change nothing; save from the model, or the arrays as a list of TensorSnapshots (their "
+        "module types are then read from names and shapes), or use FloatCastAdapter for a "
+        "dtype cast",
         option="to_adapter",
     )
-
-
-def _module_typed(adapter: Adapter) -> Iterator[Adapter]:
-    """The module-typed adapters in `adapter`, looking through chains."""
-    if isinstance(adapter, ChainAdapter):
-        yield from _module_typed(adapter.first)
-        yield from _module_typed(adapter.second)
-    elif isinstance(adapter, MODULE_TYPED_ADAPTERS):
-        yield adapter
 
 
 # -- the kinds, in the order they are tried ---------------------------------------------------

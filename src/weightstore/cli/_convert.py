@@ -17,8 +17,9 @@ indices keep their numbers (the PyTorch store's contiguous renumbering is turned
 converted file loads into the model the source came from.
 
 The layout and half-precision adapters act by the type of the module owning each tensor, which
-a file does not record; `weightstore.cli._modules` infers it from names and shapes, and
-``--module-type PATTERN=TYPE`` says it where inference cannot.
+a file does not record; the library infers it from names and shapes
+(`weightstore.adapters.assign_module_types`, as a model-free `save_into` does), and
+``--module-type PATTERN=TYPE`` says it where inference cannot (`weightstore.cli._modules`).
 """
 
 from __future__ import annotations
@@ -43,14 +44,13 @@ from weightstore.adapters import (
 )
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_OK, about
-from weightstore.cli._modules import Layout, TypeRule, assign_owners, infer_owners
+from weightstore.cli._modules import typed_for_command
 from weightstore.cli._open import is_set_path, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
 from weightstore.io import is_url
-from weightstore.paths import PathFilter
 from weightstore.snapshot import TensorSnapshot
 from weightstore.stores import Store, StoreOptions
 
@@ -67,7 +67,6 @@ _PAIR_FLAGS: Final = (
     ("--module-type", "PATTERN=TYPE", True, "owner of matching tensors (repeatable)"),
     ("--metadata", "KEY=VALUE", False, "a metadata pair (repeatable)"),
 )
-_UNKNOWN_OWNER: Final = ("Unknown",)  # Burn's container type for "no module": adapters pass it
 
 
 def parse_pair(text: str, what: str, *, split_last: bool) -> tuple[str, str]:
@@ -294,12 +293,7 @@ def _owned(
     if not _flags(args):
         return list(snapshots)
     assert adapter is not None
-    layout: Layout | None = "torch" if args.to_burn else "burn" if args.from_burn else None
-    owners = infer_owners({s.full_path: s.shape for s in snapshots}, layout)
-    with about("--module-type"):
-        rules = [TypeRule(PathFilter().with_regex(p), t) for p, t in args.module_type or ()]
-    owned = assign_owners(snapshots, owners, rules, adapter, _flags(args))
-    return [s if s.container else dataclasses.replace(s, container=_UNKNOWN_OWNER) for s in owned]
+    return typed_for_command(snapshots, adapter, args.module_type or (), _flags(args))
 
 
 def _carried_metadata(store: Store) -> dict[str, str]:
