@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests._optional import need
 from tests.conftest import burn_fixture
 from tests.safetensors.conftest import Opener
 from weightstore import safetensors
@@ -87,7 +88,7 @@ def test_burn_mnist(open_reader: Opener) -> None:
 
 
 def test_burn_files_match_the_package_and_rebuild_byte_identical() -> None:
-    from safetensors.numpy import load_file
+    load_file = need("safetensors.numpy").load_file
 
     for relative in (MULTI_LAYER, MNIST):
         path = burn_fixture(relative)
