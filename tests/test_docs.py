@@ -3,8 +3,8 @@
 Every ```` ```python ```` block of ``README.md`` and ``docs/*.md`` is a test. It runs in a fresh
 temporary directory, twice in a row, each time in a fresh namespace: the second run proves that
 its saves do not fail on the files the first run left (a save replaces a file only when asked,
-with ``.overwrite()`` or ``overwrite=True``). A block that needs torch (or jax) is skipped when
-it is not installed.
+with ``.overwrite()`` or ``overwrite=True``). A block that imports an optional package (torch,
+jax, safetensors...) or opens a URL (fsspec) is skipped, naming it, when it is not installed.
 
 What a page shows a block printing is checked, in either of two spellings:
 
@@ -42,8 +42,12 @@ RUNS = 2  # the second run meets the files the first one wrote
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
-_NEEDS_TORCH = re.compile(r"^\s*(import torch\b|from torch\b)", re.MULTILINE)
-_NEEDS_JAX = re.compile(r"^\s*(import (jax|flax)\b|from (jax|flax)\b)", re.MULTILINE)
+# The optional packages a block may import (the extras and the dev oracles): a block importing
+# one that is not installed is skipped, naming it. A block with a URL needs fsspec (the remote
+# extra); every other block must run with the package's own dependencies alone.
+OPTIONAL = ("torch", "jax", "flax", "safetensors", "fsspec", "huggingface_hub", "transformers")
+_IMPORTS = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
+_URL = re.compile(r"[\"'](?:memory|s3|gs|https?)://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,16 +183,31 @@ def _check(block: Block) -> None:
             assert _lines(printed) == _lines(block.shown_output), f"run {run}: {block.name}"
 
 
+def _absent_packages(code: str) -> list[str]:
+    """The optional packages `code` needs (by its imports and URLs) that are not installed."""
+    needed = {name for name in _IMPORTS.findall(code) if name in OPTIONAL}
+    if _URL.search(code):
+        needed.add("fsspec")
+    return sorted(name for name in needed if importlib.util.find_spec(name) is None)
+
+
+def test_a_block_needing_an_absent_package_is_told_apart() -> None:
+    code = 'import numpy\nfrom safetensors.numpy import save_file\nopen("memory://m")\n'
+    absent = _absent_packages(code)
+    assert "numpy" not in absent
+    assert ("safetensors" in absent) == (importlib.util.find_spec("safetensors") is None)
+    assert ("fsspec" in absent) == (importlib.util.find_spec("fsspec") is None)
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
 def test_block_runs_twice_and_prints_what_the_page_shows(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if block.not_run is not None:
         pytest.skip(f"not-run: {block.not_run}")
-    if _NEEDS_TORCH.search(block.code) and importlib.util.find_spec("torch") is None:
-        pytest.skip("needs torch, which is not installed")
-    if _NEEDS_JAX.search(block.code) and importlib.util.find_spec("jax") is None:
-        pytest.skip("needs jax and flax, which are not installed (the jax extra)")
+    absent = _absent_packages(block.code)
+    if absent:
+        pytest.skip(f"needs {', '.join(absent)}, not installed (an optional extra)")
     monkeypatch.chdir(tmp_path)
     _check(block)
 

@@ -22,7 +22,6 @@ from weightstore.errors import (
     HeaderError,
     LimitExceeded,
     MetadataError,
-    TensorNotFoundError,
     TruncatedError,
     UnsupportedVersionError,
     WeightstoreError,
@@ -145,23 +144,6 @@ def test_from_bytes_copies_mutable_buffers() -> None:
     buffer[:] = bytes(len(buffer))
     assert array.tolist() == [1, -2]
     assert not array.flags.writeable
-
-
-def test_arrays_outlive_the_reader(tmp_path: Path) -> None:
-    path = tmp_path / "small.bpk"
-    path.write_bytes(_small_pack())
-    pack = BurnpackReader.from_file(path)
-    array = pack.get("a")
-    pack.close()
-    assert array.sum() == 15.0
-
-
-def test_missing_tensor_names_the_file() -> None:
-    pack = BurnpackReader.from_bytes(_small_pack())
-    with pytest.raises(TensorNotFoundError) as caught:
-        pack.get("nope")
-    assert caught.value.tensor == "nope"
-    assert isinstance(caught.value, KeyError)
 
 
 def test_extensionless_path_finds_the_bpk(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
-from tests.dcp._ranks import run_until_killed  # noqa: E402  (needs torch)
+from tests._ranks import run_until_killed  # noqa: E402  (needs torch)
 from tests.dcp._workers import (  # noqa: E402
     blank_values,
     full_tensors,

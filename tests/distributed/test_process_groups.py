@@ -6,7 +6,7 @@ parameters (``parallelize_module``, ``distribute_tensor``) loaded from a file an
 and a rank-aware save. Here, after the ranks are done: the saved set against a single-process
 save of the same model, and the bytes each rank read against its share. Two ranks run by
 default, and then the two-process example of docs/sharded.md in the same processes; four ranks
-are slow (spawning imports torch once per rank).
+are slow.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed._ranks import free_port, run_ranks  # skips without torch.distributed
+from tests._ranks import free_port, run_ranks  # skips without torch.distributed
 from tests.distributed._workers import PLAN, Mlp, full_state, suite, suite_then_example
 from weightstore import SafetensorsStore
 from weightstore.distributed import chunk_bounds

@@ -329,9 +329,9 @@ def http_server(tmp_path: Path) -> Iterator[HttpServer]:
 
 def safetensors_bytes(tensors: dict[str, Any]) -> bytes:
     """A SafeTensors file of `tensors` (NumPy arrays), written by the safetensors package."""
-    import safetensors.numpy
+    from tests._optional import need
 
-    return bytes(safetensors.numpy.save(tensors))
+    return bytes(need("safetensors.numpy").save(tensors))
 
 
 def burnpack_bytes(tensors: dict[str, Any]) -> bytes:

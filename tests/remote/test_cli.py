@@ -10,11 +10,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-import safetensors.numpy
-import torch
 
+from tests._optional import need
 from tests.remote.conftest import Counter, HttpServer, burnpack_bytes, safetensors_bytes
 from weightstore.cli import main
+
+# URLs need the remote extra; the oracles are torch and the safetensors package.
+need("fsspec")
+torch = need("torch")
+safetensors_numpy = need("safetensors.numpy")
 
 HEAD = 64 * 1024
 
@@ -104,7 +108,7 @@ def test_convert_a_url_to_a_local_file(
     assert len(data_requests) == 1 and all(r.end == HEAD for r in counter.gets if r.start == 0)
     out = tmp_path / "back.safetensors"
     assert main(["convert", str(target), str(out), "-q"]) == 0
-    back = safetensors.numpy.load_file(str(out))
+    back = safetensors_numpy.load_file(str(out))
     for name, array in tensors.items():
         np.testing.assert_array_equal(back[name], array)
 

@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import safetensors.numpy
-import torch
 
+from tests._optional import need
 from tests.remote.conftest import (
     Counter,
     HttpServer,
@@ -28,6 +27,11 @@ from weightstore.errors import (
 from weightstore.formats import open_reader
 from weightstore.pytorch_reader import PytorchReader
 from weightstore.safetensors import SafetensorsReader
+
+# URLs need the remote extra; the oracles are torch and the safetensors package.
+need("fsspec")
+torch = need("torch")
+safetensors_numpy = need("safetensors.numpy")
 
 HEAD = 64 * 1024
 
@@ -162,7 +166,7 @@ def test_safetensors_at_a_url_matches_the_package(http_server: HttpServer) -> No
     tensors = _tensors()
     path = http_server.root / "m.safetensors"
     path.write_bytes(safetensors_bytes(tensors))
-    oracle = safetensors.numpy.load_file(str(path))
+    oracle = safetensors_numpy.load_file(str(path))
     with SafetensorsReader.from_file(http_server.url("m.safetensors")) as reader:
         assert reader.names() == sorted(oracle)
         for name, array in oracle.items():

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import safetensors.numpy
-import torch
 
+from tests._optional import need
 from tests.remote.conftest import (
     Counter,
     HttpServer,
@@ -20,6 +19,11 @@ from tests.remote.conftest import (
 )
 from weightstore import BurnpackStore, SafetensorsStore, Store, distributed, save_into
 from weightstore.errors import SetError
+
+# URLs need the remote extra; the oracles are torch and the safetensors package.
+need("fsspec")
+torch = need("torch")
+safetensors_numpy = need("safetensors.numpy")
 
 HEAD = 64 * 1024
 
@@ -118,7 +122,7 @@ def test_a_torch_model_loads_from_a_url(
     path.write_bytes(safetensors_bytes({k: v.numpy() for k, v in weights.items()}))
     result = SafetensorsStore.from_file(http_server.url("model.safetensors")).apply_to(model)
     assert result.is_success()
-    oracle = safetensors.numpy.load_file(str(path))
+    oracle = safetensors_numpy.load_file(str(path))
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), oracle[name])
 

@@ -9,13 +9,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-import safetensors.numpy
 
+from tests._optional import need
 from weightstore.errors import DescriptorError, MetadataError, TruncatedError, WeightstoreError
 from weightstore.safetensors import SafetensorsReader, _reader
 from weightstore.safetensors._layout import TensorDescriptor
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def _package_save(arrays: dict[str, Any], metadata: dict[str, str] | None = None) -> bytes:
+    """`arrays` as the safetensors package writes them (the test skips without it)."""
+    return bytes(need("safetensors.numpy").save(arrays, metadata=metadata))
 
 
 def _file(header: dict[str, Any] | str, data: bytes) -> bytes:
@@ -54,7 +59,7 @@ MIXED = {
 def test_files_the_package_writes_take_the_canonical_path_with_the_general_result(
     metadata: dict[str, str] | None,
 ) -> None:
-    data = safetensors.numpy.save(MIXED, metadata=metadata)
+    data = _package_save(MIXED, metadata=metadata)
     canonical = _canonical(data)
     assert canonical is not None
     general_metadata, general = _general(data)
@@ -74,7 +79,7 @@ def test_files_the_package_writes_take_the_canonical_path_with_the_general_resul
 
 def test_many_small_tensors_read_back_as_views() -> None:
     arrays = {f"t{i}": np.full((4, 4), i, dtype=np.float32) for i in range(300)}
-    reader = SafetensorsReader.from_bytes(safetensors.numpy.save(arrays))
+    reader = SafetensorsReader.from_bytes(_package_save(arrays))
     assert len(reader) == 300 and "t299" in reader and "t300" not in reader
     assert reader.names_in_file_order() == sorted(arrays)  # the writer's order: by name
     for name, array in arrays.items():
@@ -182,7 +187,7 @@ def test_hostile_headers_in_canonical_form_are_still_refused(
 def test_the_collector_is_left_as_it_was() -> None:
     import gc
 
-    data = safetensors.numpy.save(MIXED)
+    data = _package_save(MIXED)
     gc.disable()
     try:
         SafetensorsReader.from_bytes(data)
@@ -208,7 +213,7 @@ def test_lazy_descriptors_behave_as_a_mapping() -> None:
 
 def test_mapped_views_outlive_the_reader_and_reads_after_close_fail(tmp_path: Any) -> None:
     path = tmp_path / "m.safetensors"
-    path.write_bytes(safetensors.numpy.save(MIXED))
+    path.write_bytes(_package_save(MIXED))
     reader = SafetensorsReader.from_file(path)
     kept = reader.get("embed.weight")
     reader.close()
@@ -221,7 +226,7 @@ def test_mapped_views_outlive_the_reader_and_reads_after_close_fail(tmp_path: An
 
 def test_a_file_shrunk_under_its_reader_raises_instead_of_crashing(tmp_path: Any) -> None:
     path = tmp_path / "m.safetensors"
-    data = safetensors.numpy.save(MIXED)
+    data = _package_save(MIXED)
     path.write_bytes(data)
     reader = SafetensorsReader.from_file(path)
     with open(path, "r+b") as file:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests._optional import need
 from weightstore import safetensors
 from weightstore.entry import TensorEntry
 from weightstore.sets import SET_ID_KEY, layout_for, write_set
@@ -146,7 +147,7 @@ def loaded_save(directory: Path) -> int:
     """The number of the save the directory holds, read by hand as a set reader must: the
     index when there is one, else the single file; every shard's set id checked against the
     index's (when it has one); every tensor compared with the models. Raises `MixedError`."""
-    from safetensors import safe_open
+    safe_open = need("safetensors").safe_open  # the package as the independent reader
 
     if not (directory / INDEX).exists():
         with safe_open(directory / SINGLE, "np") as file:
@@ -269,7 +270,7 @@ def test_many_killed_saves_leave_the_old_set_or_the_new(tmp_path: Path, named: b
 def _naive_save(directory: Path, number: int, shards_before_crash: int | None = None) -> None:
     """How a writer without a commit protocol re-saves: shards rewritten in place under the
     plain names, the index written last; `shards_before_crash` stops it part way."""
-    from safetensors.numpy import save_file
+    save_file = need("safetensors.numpy").save_file
 
     model, count = CYCLE[number % len(CYCLE)]
     names = list(MODELS[model])

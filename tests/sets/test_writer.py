@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests._optional import need
 from weightstore import BurnpackStore, PytorchStore, SafetensorsStore, burnpack, safetensors
 from weightstore.dtypes import from_name
 from weightstore.entry import TensorEntry
@@ -87,7 +88,7 @@ def _save(
 def _read_set(directory: Path, variant: str | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """The tensors and index metadata of a SafeTensors set, read by hand: the index when there
     is one (each shard's set id checked against it), else the single file."""
-    from safetensors import safe_open
+    safe_open = need("safetensors").safe_open  # the package as the independent reader
 
     index_path = directory / SAFETENSORS.index_name(variant)
     if not index_path.exists():
@@ -737,7 +738,7 @@ def test_a_torch_model_saves_a_set_marked_pt_for_transformers(
     assert metadata["format"] == "pt"
     for name, value in torch_model.state_dict().items():
         np.testing.assert_array_equal(tensors[name], value.numpy())
-    from safetensors import safe_open
+    safe_open = need("safetensors").safe_open
 
     for shard in set(json.loads((tmp_path / "model.safetensors.index.json").read_text())[
         "weight_map"].values()):  # fmt: skip

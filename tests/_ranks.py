@@ -1,11 +1,13 @@
 """Running a function on every rank of a real process group (gloo on the CPU, 127.0.0.1, a
-free port), for the torch.distributed.checkpoint tests.
+free port): the one harness of the torch.distributed tests (tests/distributed, tests/dcp).
 
-Ranks start from a fork server that has imported torch once (`PRELOAD`), so a group of ranks
-costs a fork each rather than a fresh interpreter importing torch: the kill tests start a
-group per trial. `run_ranks` fails the test on any rank's exception, with its traceback, and
-on ranks still running at the deadline (a hung collective is a failure, never a hung run);
-`run_until_killed` expects a rank to die by SIGKILL and stops the others.
+Ranks start from a fork server that has imported torch and the tests' worker modules once
+(`PRELOAD`), so a group of ranks costs a fork each rather than a fresh interpreter importing
+torch: the kill tests start a group per trial. The fork server's children take the parent's
+working directory and ``sys.path`` at each start, but not later changes to ``os.environ``: pass
+what a rank needs as arguments. `run_ranks` fails the test on any rank's exception, with its
+traceback, and on ranks still running at the deadline (a hung collective is a failure, never a
+hung run); `run_until_killed` expects a rank to die by SIGKILL and stops the others.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ from typing import Any, Final
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+from tests._optional import need
+
+torch = need("torch")
+dist = need("torch.distributed")
+mp = need("torch.multiprocessing")
 
 if not dist.is_available():  # pragma: no cover - the CPU wheel has it
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-DEADLINE_S: Final = 120.0  # seconds for one group's run
-GROUP_TIMEOUT: Final = datetime.timedelta(seconds=60)  # a collective waiting longer has failed
+DEADLINE_S: Final = 240.0  # seconds for one group's run (four ranks on a busy machine)
+GROUP_TIMEOUT: Final = datetime.timedelta(seconds=120)  # a collective waiting longer has failed
 PRELOAD: Final = [
     "torch", "torch.distributed.checkpoint", "tests.dcp._workers", "tests.dcp.example_reshard",
+    "tests.distributed._workers", "tests.distributed.example_two_ranks",
 ]  # fmt: skip
 START_METHOD: Final = "forkserver"
 
@@ -113,5 +118,5 @@ def _entry(rank: int, worker: Callable[..., None], world_size: int, port: int, a
     try:
         worker(rank, world_size, *args)
     finally:
-        if dist.is_initialized():
+        if dist.is_initialized():  # a worker may have ended it to start another group
             dist.destroy_process_group()
