@@ -389,6 +389,26 @@ def test_a_graph_without_tensors_costs_its_size_not_its_paths(tmp_path: Path) ->
         assert reader.others()["g"].startswith("[[[[[[[[...")
 
 
+def cyclic_doubling(levels: int) -> bytes:
+    """Pushes `doubling`'s graph with no leaf, its bottom list holding the top one: every level
+    is on a cycle through all the others, and from any of them 2**levels paths lead back."""
+    body = b"]q\x00"
+    for level in range(1, levels + 1):
+        below = bytes([level - 1])
+        body += b"0(h" + below + b"h" + below + b"lq" + bytes([level])
+    return body + b"0h\x00h" + bytes([levels]) + b"a"  # bottom.append(top)
+
+
+def test_a_cycle_without_tensors_costs_its_size_not_its_paths(tmp_path: Path) -> None:
+    # A 1.4 KB fuzz input: a doubling graph 43 levels deep whose bottom holds its top. Each
+    # level led back up a cycle, so none was known to hold no tensor, and every read of the
+    # file walked its 2**43 paths until naming's budget ran out.
+    body = op_dict([(op_str("w"), W), (op_str("g"), cyclic_doubling(40))])
+    with PytorchReader(zip_of(tmp_path, body), max_nodes=1_000 * NAMING_SHARE) as reader:
+        assert reader.names() == ["w"]
+        assert list(reader.others()) == ["g"]
+
+
 def test_the_shared_graph_shortcut_keeps_names_a_cycle_hides(tmp_path: Path) -> None:
     # root = [P, Q], P = [Q, t], Q = [P]: walked from P, Q holds no tensor only because its
     # path back to P is a cycle; walked from the root, Q leads to t. Both names are kept.

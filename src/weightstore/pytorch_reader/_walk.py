@@ -8,10 +8,11 @@ children, exactly the order and names ``model.state_dict()`` gives. Buffers list
 parameters (``bias=False``) are skipped.
 
 Shared references can make a small pickle describe an exponential number of paths (a list
-holding one list twice, nested forty deep), and a list can hold itself. The walk stops at a
-cycle, skips a container it has already walked in full without finding a tensor, and counts
-every value it visits (and every module entry it scans) against ``max_nodes`` and its depth
-against ``max_depth``, so a hostile file fails with `LimitExceeded` instead of hanging. A path
+holding one list twice, nested forty deep), and a list can hold itself. A first pass visits
+each distinct container once and finds those from which a tensor can be reached at all; the
+walk enters only those, and stops at a cycle. Both count every value they visit (and every
+module entry they scan) against ``max_nodes // NAMING_SHARE`` and their depth against
+``max_depth``, so a hostile file fails with `LimitExceeded` instead of hanging. A path
 is kept as its segments, joined into a name only when it reaches a tensor, and the bytes of all
 names together are counted against ``max_names_size`` before each is built: one long key over
 many values costs nothing until it names tensors, and then no more than the limit.
@@ -22,7 +23,7 @@ many values costs nothing until it names tensors, and then no more than the limi
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from weightstore.base._lazy import import_on_first_use
@@ -65,114 +66,163 @@ def name_tensors(root: object, limits: Limits, path: str | None) -> dict[str, Le
     several paths is listed under each (`LazyTensor.with_name` gives it the name).
 
     Raises:
-        LimitExceeded: the walk visits more than ``max_nodes`` values, nests deeper than
+        LimitExceeded: finding the containers that lead to a tensor, or the walk through them,
+            visits more than ``max_nodes // NAMING_SHARE`` values, nests deeper than
             ``max_depth``, or the names come to more than ``max_names_size`` bytes.
         DescriptorError: two tensors get the same name.
     """
     namer = _Namer(limits, path)
-    _Walker(limits, path, namer.emit).walk(root, 0)
+    leading = _leading_to_tensors((root,), limits, path)
+    _Walker(limits, path, leading, namer.emit).walk(root)
     return namer.found
 
 
 def tensor_holders(entries: Iterable[object], limits: Limits, path: str | None) -> list[bool]:
     """For each of `entries` (a top-level dict's values), whether it holds a tensor. One
-    budget of ``max_nodes`` visits covers them all, and each walk ends at its first tensor."""
-    walker = _Walker(limits, path, _stop_at_first)
-    holders = []
-    for value in entries:
-        try:
-            walker.walk(value, 0)
-        except _Found:
-            holders.append(True)
-            walker.reset()
-        else:
-            holders.append(False)
-    return holders
+    budget of ``max_nodes // NAMING_SHARE`` visits covers them all, each container visited
+    once whichever entries share it."""
+    values = list(entries)
+    leading = _leading_to_tensors(values, limits, path)
+    return [isinstance(value, _LEAVES) or id(value) in leading for value in values]
 
 
-_NO_CYCLE = 2**63  # deeper than any walk: no cycle seen
+_LEAVES: Final = (LazyTensor, UnreadableTensor)
 
 
-class _Found(Exception):
-    """Ends a `tensor_holders` walk at the first tensor."""
+class _Budget:
+    """Visits charged against naming's share of ``max_nodes``; each pass has its own."""
+
+    __slots__ = ("limit", "path", "visited")
+
+    def __init__(self, limits: Limits, path: str | None) -> None:
+        self.limit = max(1, limits.max_nodes // NAMING_SHARE)
+        self.path = path
+        self.visited = 0
+
+    def exceeded(self) -> LimitExceeded:
+        what = "values visited while naming tensors"
+        return LimitExceeded(what, self.visited, self.limit, path=self.path)
 
 
-def _stop_at_first(path: _Path, tensor: Leaf) -> None:
-    raise _Found
+def _leading_to_tensors(roots: Iterable[object], limits: Limits, path: str | None) -> set[int]:
+    """The ids of the containers under `roots` from which some tensor can be reached.
+
+    One pass over the distinct containers (each entered once, its children listed once, the
+    holders of each container recorded), then the holders of tensors and, back up those
+    records, their holders in turn. A container left out names nothing by any path, so the
+    walk skips it; unlike a walk that learns this as it goes, a cycle does not hide it, and a
+    graph of shared references costs its size, not its paths. Iterative: the depth checked
+    is the pass's own, which a recursive walk would reach too.
+    """
+    budget = _Budget(limits, path)
+    max_depth = limits.max_depth
+    holders: dict[int, list[int]] = {}  # container id -> ids of the containers holding it
+    holding_tensors: list[int] = []
+    entered: set[int] = set()
+    for root in roots:
+        budget.visited += 1
+        if budget.visited > budget.limit:
+            raise budget.exceeded()
+        root_children = None if id(root) in entered else _child_values(root, budget)
+        if root_children is None:
+            continue
+        entered.add(id(root))
+        holders[id(root)] = []
+        stack: list[tuple[int, Iterator[object]]] = [(id(root), root_children)]
+        while stack:
+            holder, children = stack[-1]
+            for child in children:
+                budget.visited += 1
+                if budget.visited > budget.limit:
+                    raise budget.exceeded()
+                if isinstance(child, _LEAVES):
+                    holding_tensors.append(holder)
+                    continue
+                ident = id(child)
+                if ident in entered:
+                    holders[ident].append(holder)
+                    continue
+                grandchildren = _child_values(child, budget)
+                if grandchildren is None:
+                    continue
+                if len(stack) >= max_depth:
+                    raise LimitExceeded(
+                        "nesting depth while naming tensors", len(stack) + 1, max_depth, path=path
+                    )
+                entered.add(ident)
+                holders[ident] = [holder]
+                stack.append((ident, grandchildren))
+                break
+            else:
+                stack.pop()
+    leading: set[int] = set()
+    while holding_tensors:
+        ident = holding_tensors.pop()
+        if ident not in leading:
+            leading.add(ident)
+            holding_tensors += holders.get(ident, ())
+    return leading
 
 
-class _Path:
-    """The name segments to the value being walked, and their length: the characters of the
-    name they join into, and how many are not ASCII (then bytes and characters differ)."""
-
-    __slots__ = ("chars", "segments", "wide")
-
-    def __init__(self) -> None:
-        self.segments: list[str] = []
-        self.chars = 0  # characters of the segments, plus one dot after each
-        self.wide = 0
-
-    def push(self, segment: str) -> None:
-        self.segments.append(segment)
-        self.chars += len(segment) + 1
-        self.wide += not segment.isascii()
-
-    def pop(self) -> None:
-        segment = self.segments.pop()
-        self.chars -= len(segment) + 1
-        self.wide -= not segment.isascii()
+def _child_values(value: object, budget: _Budget) -> Iterator[object] | None:
+    """The values under a container, as `_children` gives them; ``None`` for a leaf. A
+    module's entries are charged as they are scanned."""
+    if isinstance(value, InertObject):
+        budget.visited += _module_size(value)
+        if budget.visited > budget.limit:
+            raise budget.exceeded()
+    children = _children(value)
+    if children is None:
+        return None
+    return (child for _, child in children)
 
 
 class _Walker:
-    """One walk: the values visited so far, the path to the current value, the containers on
-    the way to it (a cycle's test, with their depths), and the containers already found to hold
-    no tensor. `emit` receives each tensor with the path to it.
+    """One walk: the values visited so far, the segments of the path to the current value,
+    and the containers on the way to it (a cycle's test). It enters only the containers in
+    `leading`, those from which a tensor can be reached; `emit` receives each tensor with the
+    segments of the path to it.
 
-    A container walked in full without reaching a tensor, and without a cycle leading above it,
-    is skipped when met again: whatever the path to it, it names nothing. So shared references
-    cost visits only where they lead to tensors, and there every path is a name, which the
-    names limit bounds.
+    Only a container that leads to a tensor is walked more than once: every path to it is
+    either a name, which the names limit bounds, or a path that a cycle cuts short, which the
+    budget bounds.
     """
 
     def __init__(
-        self, limits: Limits, path: str | None, emit: Callable[[_Path, Leaf], None]
+        self,
+        limits: Limits,
+        path: str | None,
+        leading: set[int],
+        emit: Callable[[list[str], Leaf], None],
     ) -> None:
         self._limits, self._path, self._emit = limits, path, emit
-        self._visited = 0
-        # Naming gets a sixteenth of the node budget: a walk over shared references costs about
-        # a microsecond a visit, so a 1.4 KB file could otherwise spend 13 s reaching the full
-        # budget; a real checkpoint visits a few values per tensor.
-        self._budget = max(1, limits.max_nodes // NAMING_SHARE)
-        self._emitted = 0
-        self._names = _Path()
-        self._on_path: dict[int, int] = {}  # id -> depth of each container being walked
-        self._cycle_to = _NO_CYCLE  # the shallowest depth a cycle led back to, in this subtree
-        self._tensor_free: set[int] = set()
+        self._leading = leading
+        self._budget = _Budget(limits, path)
+        self._names: list[str] = []
+        self._on_path: set[int] = set()  # ids of the containers being walked
         self._rendered: dict[int, str] = {}  # id -> segment, for keys that need rendering
 
-    def reset(self) -> None:
-        """Forget the path after a walk that ended early; the budget and findings stay."""
-        self._names = _Path()
-        self._on_path.clear()
-        self._cycle_to = _NO_CYCLE
+    def walk(self, root: object) -> None:
+        """Emit every tensor under `root` (the root itself, if it is one)."""
+        budget = self._budget
+        budget.visited += 1
+        if isinstance(root, _LEAVES):
+            self._emit(self._names, root)
+        elif id(root) in self._leading:
+            budget.visited = self._enter(root, id(root), 0, budget.visited)
 
-    def walk(self, value: object, depth: int) -> None:
-        self._charge(1)
-        if isinstance(value, LazyTensor | UnreadableTensor):
-            self._emitted += 1
-            self._emit(self._names, value)
-            return
-        ident = id(value)
-        if ident in self._tensor_free:
-            return
-        if ident in self._on_path:  # a cycle back up
-            self._cycle_to = min(self._cycle_to, self._on_path[ident])
-            return
+    def _enter(self, value: object, ident: int, depth: int, visited: int) -> int:
+        """Walk the children of container `value`, which leads to a tensor and is not on the
+        path; returns the visits counted so far (a local count: this is the hot loop)."""
+        budget = self._budget
         if isinstance(value, InertObject):  # a module's entries are scanned on every visit
-            self._charge(_module_size(value))
+            visited += _module_size(value)
+            if visited > budget.limit:
+                budget.visited = visited
+                raise budget.exceeded()
         children = _children(value)
         if children is None:
-            return
+            return visited
         if depth >= self._limits.max_depth:
             raise LimitExceeded(
                 "nesting depth while naming tensors",
@@ -180,17 +230,25 @@ class _Walker:
                 self._limits.max_depth,
                 path=self._path,
             )
-        emitted, outer_cycle = self._emitted, self._cycle_to
-        self._on_path[ident] = depth
-        self._cycle_to = _NO_CYCLE
+        leading, on_path, names, limit = self._leading, self._on_path, self._names, budget.limit
+        on_path.add(ident)
         for key, child in children:
-            self._names.push(self._segment(key))
-            self.walk(child, depth + 1)
-            self._names.pop()
-        del self._on_path[ident]
-        if self._emitted == emitted and self._cycle_to >= depth:
-            self._tensor_free.add(ident)
-        self._cycle_to = min(outer_cycle, self._cycle_to)
+            visited += 1
+            if visited > limit:
+                budget.visited = visited
+                raise budget.exceeded()
+            if isinstance(child, _LEAVES):
+                names.append(key if type(key) is str else self._segment(key))
+                self._emit(names, child)
+                names.pop()
+                continue
+            child_id = id(child)
+            if child_id in leading and child_id not in on_path:  # else: names nothing, a cycle
+                names.append(key if type(key) is str else self._segment(key))
+                visited = self._enter(child, child_id, depth + 1, visited)
+                names.pop()
+        on_path.discard(ident)
+        return visited
 
     def _segment(self, key: object) -> str:
         """A key as a name segment: strings as they are, numbers printed, others rendered
@@ -206,16 +264,6 @@ class _Walker:
             text = self._rendered[id(key)] = short_repr(key)
         return text
 
-    def _charge(self, visits: int) -> None:
-        self._visited += visits
-        if self._visited > self._budget:
-            raise LimitExceeded(
-                "values visited while naming tensors",
-                self._visited,
-                self._budget,
-                path=self._path,
-            )
-
 
 class _Namer:
     """Joins the path to each tensor into its name, counting the bytes of all names before
@@ -226,11 +274,11 @@ class _Namer:
         self._limits, self._path = limits, path
         self._size = 0
 
-    def emit(self, path: _Path, tensor: Leaf) -> None:
-        size = max(path.chars - 1, 0)  # no dot after the last segment
+    def emit(self, segments: list[str], tensor: Leaf) -> None:
+        size = sum(map(len, segments)) + max(len(segments) - 1, 0)  # characters, with dots
         self._check(self._size + size)  # bytes >= characters: refused before it is built
-        name = ".".join(path.segments)
-        if path.wide:
+        name = ".".join(segments)
+        if not name.isascii():
             size = len(name.encode("utf-8", "surrogatepass"))
         self._size += size
         self._check(self._size)
