@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         UnsupportedVersionError,
         WeightstoreError,
     )
-    from weightstore.formats import FORMATS, ContainerFormat, detect_format, open_reader
+    from weightstore.formats import FORMATS, ContainerFormat, detect_format
+    from weightstore.locate import open_reader
     from weightstore.module_snapshot import ModuleSnapshot, apply, collect, load_from, save_into
     from weightstore.paths import KeyRemapper, PathFilter, map_indices_contiguous
     from weightstore.record import ModuleRecord, into_record, load_record, try_load_record
@@ -156,7 +157,7 @@ _HOME: dict[str, str] = {
     "FORMATS": "weightstore.formats",
     "ContainerFormat": "weightstore.container._format",
     "detect_format": "weightstore.formats",
-    "open_reader": "weightstore.formats",
+    "open_reader": "weightstore.locate",
     "ModuleSnapshot": _MODULE_SNAPSHOT,
     "apply": _MODULE_SNAPSHOT,
     "collect": _MODULE_SNAPSHOT,

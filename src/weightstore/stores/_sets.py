@@ -154,9 +154,9 @@ def set_format(
         match = INDEX_NAME.fullmatch(os.path.basename(filename))
         if match is None:
             return None
-        from weightstore.formats import format_for_name
+        from weightstore.formats import format_for_path
 
-        return format_for_name(f"index.{match['ext']}")
+        return format_for_path(f"index.{match['ext']}")
     if _is_dcp(filename):
         from weightstore.dcp._index import read_dcp_index
         from weightstore.dcp._reader import container_format
@@ -181,9 +181,9 @@ def _remote_set_format(
         try:
             return set_format_of(url, storage_options)
         except FileMissingError:
-            from weightstore.formats import format_for_name
+            from weightstore.formats import format_for_path
 
-            return format_for_name(f"index.{match['ext']}")
+            return format_for_path(f"index.{match['ext']}")
     if not formats_in(url.rstrip("/"), storage_options):
         return None
     return set_format_of(url, storage_options)
