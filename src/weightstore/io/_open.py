@@ -90,5 +90,6 @@ def open_source(
 
         return open_remote(filename, storage_options)
     if mode == "mmap":
-        return handed_over(filename) or MmapSource(filename)
+        taken = handed_over(filename)
+        return MmapSource(filename) if taken is None else taken
     return PreadSource(filename)

@@ -77,7 +77,8 @@ def open_archive(
         )
     if is_url(path):
         return _open_remote(path, limits, storage_options)
-    source = handed_over(path) or MmapSource(path)
+    taken = handed_over(path)
+    source = MmapSource(path) if taken is None else taken
     storage_source: ByteSource = source
     try:
         if mode == "pread":

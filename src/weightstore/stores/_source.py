@@ -84,7 +84,9 @@ class OpenReader:
         save came after it (`location` and `probe`: the seed, for the first open only)."""
         if self._reader is not None and self._saves == output.saves:
             return self._reader
-        self.close()
+        stale, self._reader = self._reader, None
+        if stale is not None:
+            stale.close()
         location, probe = self._location, self._probe
         self._location = self._probe = None
         if output.saves:  # the seed describes the source before the save
