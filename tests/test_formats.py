@@ -22,6 +22,7 @@ from weightstore import (
     Store,
     burnpack,
     formats,
+    open_reader,
     pytorch_reader,
     safetensors,
 )
@@ -171,7 +172,7 @@ def test_a_truncated_file_reports_its_damage_through_every_route(tmp_path: Path)
     data = safetensors.write_bytes(ENTRIES)
     cut.write_bytes(data[:20])
     with pytest.raises(TruncatedError) as caught:
-        formats.open_reader(cut)
+        open_reader(cut)
     assert caught.value.what == "the JSON header" and caught.value.found == 12
     for store in (Store.from_file(cut), SafetensorsStore.from_file(cut)):
         with pytest.raises(TruncatedError):
@@ -181,20 +182,26 @@ def test_a_truncated_file_reports_its_damage_through_every_route(tmp_path: Path)
     assert refused.value.found == "safetensors"
 
 
-def test_format_for_name_and_format_named() -> None:
-    assert formats.format_for_name("a/b.SAFETENSORS") is safetensors.FORMAT
-    assert formats.format_for_name("ckpt.pth") is pytorch_reader.FORMAT
-    assert formats.format_for_name("model") is None
+def test_format_for_path_and_format_named() -> None:
+    assert formats.format_for_path("a/b.SAFETENSORS") is safetensors.FORMAT
+    assert formats.format_for_path("ckpt.pth") is pytorch_reader.FORMAT
+    assert formats.format_for_path("model") is None
     assert formats.format_named("burnpack") is burnpack.FORMAT
     with pytest.raises(UnsupportedFormatError, match="known formats"):
         formats.format_named("onnx")
+
+
+def test_format_for_name_is_the_old_spelling_and_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="format_for_path") as caught:
+        assert formats.format_for_name("ckpt.pth") is pytorch_reader.FORMAT
+    assert caught[0].filename == __file__  # the warning points at the caller
 
 
 def test_open_reader_picks_the_format_and_every_reader_speaks_one_protocol(
     tmp_path: Path,
 ) -> None:
     for path in _files(tmp_path).values():
-        with formats.open_reader(path) as reader:
+        with open_reader(path) as reader:
             assert reader.names() == ["w"] and "w" in reader and len(reader) == 1
             np.testing.assert_array_equal(reader.get("w"), ENTRIES[0].data)
             np.testing.assert_array_equal(reader.get_slice("w")[1:, ::2], [[3.0, 5.0]])

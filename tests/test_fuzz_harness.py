@@ -24,7 +24,7 @@ import pytest
 
 from fuzz import mutators, targets
 from fuzz.run import CORPUS, CRASHERS, PARSERS, REPLAY_CPU_S, replay
-from weightstore import formats
+from weightstore import formats, open_reader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,7 +70,7 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
     assert sum(p.stat().st_size for p in seeds) < 200_000  # the corpus stays small
     for path in seeds:
         assert formats.detect_format(path).name == parser, path.name
-        with formats.open_reader(path) as reader:
+        with open_reader(path) as reader:
             for name in reader.names():
                 reader.get(name)
         targets.check(parser, path.read_bytes(), thorough=True)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import WeightstoreError as WeightstoreError
     from weightstore.formats import FORMATS as FORMATS
     from weightstore.formats import detect_format as detect_format
-    from weightstore.formats import open_reader as open_reader
+    from weightstore.locate import open_reader as open_reader
     from weightstore.module_snapshot import ModuleSnapshot as ModuleSnapshot
     from weightstore.module_snapshot import apply as apply
     from weightstore.module_snapshot import collect as collect
@@ -116,7 +116,8 @@ _EXPORTS: dict[str, str] = {
         ),
         "weightstore.errors",
     ),
-    **dict.fromkeys(("FORMATS", "detect_format", "open_reader"), "weightstore.formats"),
+    **dict.fromkeys(("FORMATS", "detect_format"), "weightstore.formats"),
+    "open_reader": "weightstore.locate",
     **dict.fromkeys(
         ("ModuleSnapshot", "apply", "collect", "load_from", "save_into"),
         "weightstore.module_snapshot",

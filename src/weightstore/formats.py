@@ -11,14 +11,12 @@ its record carries every fact the rest of the package asks (`ContainerFormat`).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
-
-if TYPE_CHECKING:
-    from weightstore.container._format import TensorReader
 from weightstore.errors import UnsupportedFormatError
 
 __all__ = [
@@ -27,8 +25,8 @@ __all__ = [
     "detect_format",
     "detect_format_of_bytes",
     "format_for_name",
+    "format_for_path",
     "format_named",
-    "open_reader",
     "read_probe",
     "what_it_is",
 ]
@@ -63,10 +61,19 @@ def format_named(name: str) -> ContainerFormat:
     return fmt
 
 
-def format_for_name(path: str | os.PathLike[str]) -> ContainerFormat | None:
-    """The format a file name's extension suggests (for a file not written yet), or None."""
+def format_for_path(path: str | os.PathLike[str]) -> ContainerFormat | None:
+    """The format a path's extension suggests (for a file not written yet), or None."""
     extension = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
     return _BY_EXTENSION.get(extension)
+
+
+def format_for_name(path: str | os.PathLike[str]) -> ContainerFormat | None:
+    """Deprecated spelling of `format_for_path` (it takes a path; `format_named` takes a
+    name), kept for one release."""
+    warnings.warn(
+        "format_for_name is deprecated; use format_for_path", DeprecationWarning, stacklevel=2
+    )
+    return format_for_path(path)
 
 
 def what_it_is(head: bytes, size: int) -> str | None:
@@ -139,25 +146,3 @@ def detect_format(
     """
     head, size = read_probe(path, storage_options)
     return detect_format_of_bytes(head, size, os.fspath(path))
-
-
-def open_reader(
-    path: str | os.PathLike[str],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    **options: Any,
-) -> TensorReader:
-    """A reader for the file at `path`, of whichever format its bytes are.
-
-    Every reader follows one protocol: `names()`, `get(name)`, `get_slice(name)`,
-    `metadata()`, and use as a context manager. `path` may be a URL (``s3://...``,
-    ``https://...``), read by range requests with `storage_options` (docs/remote.md).
-
-    Example:
-        >>> with open_reader("model.safetensors") as reader:  # doctest: +SKIP
-        ...     weight = reader.get("fc1.weight")
-    """
-    fmt = detect_format(path, storage_options)
-    if storage_options is not None:
-        options["storage_options"] = storage_options
-    return fmt.open_file(path, **options)

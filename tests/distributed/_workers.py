@@ -115,7 +115,9 @@ def suite(rank: int, world_size: int, run: str) -> None:
     check_whole(model)
     (root / f"bytes-{rank}.json").write_text(json.dumps(counter.by_file()))
 
-    saved = save(SafetensorsStore.from_file(root / "set").max_shard_size(200).overwrite(), model)
+    saved = save(
+        SafetensorsStore.from_file(root / "set").with_max_shard_size(200).overwrite(), model
+    )
     assert saved == str(root / "set" / "model.safetensors.index.json"), saved
     again = dtensor_mlp(world_size)
     load(SafetensorsStore.from_file(root / "set"), again)

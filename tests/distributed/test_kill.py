@@ -49,7 +49,7 @@ def save_version(directory: str, version: int) -> None:
     world_size = 1 if version == 0 else 3
     store = SafetensorsStore.from_file(directory).overwrite()
     if version:
-        store = store.max_shard_size((version % 3 + 1) * 2**21)
+        store = store.with_max_shard_size((version % 3 + 1) * 2**21)
     model = model_version(version)
     print("saving", flush=True)
     started = time.monotonic()

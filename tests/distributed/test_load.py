@@ -68,7 +68,7 @@ def test_a_set_loads_slices_as_a_single_file_does(tmp_path: Path) -> None:
     model = local_mlp(0, 1)
     model.load_state_dict(full_state())
     directory = tmp_path / "set"
-    SafetensorsStore.from_file(directory).max_shard_size(300).collect_from(model)
+    SafetensorsStore.from_file(directory).with_max_shard_size(300).collect_from(model)
     assert len(list(directory.glob("model-*.safetensors"))) > 2
     with counting_reads() as opening:  # every shard's header: a load reads them too
         SafetensorsStore.from_file(directory).keys()

@@ -107,7 +107,7 @@ def test_every_rank_runs_every_gather_in_one_order_while_each_writes_its_own(
     monkeypatch.setattr(_save, "_snapshots", snapshots)
     store = SafetensorsStore.from_file(tmp_path / "set")
     if max_shard_size is not None:
-        store = store.max_shard_size(max_shard_size)  # several shards per rank
+        store = store.with_max_shard_size(max_shard_size)  # several shards per rank
     outcomes = _save_all(ranks, store, lambda rank, group: (rank, group))
     assert all(ok for ok, _ in outcomes), outcomes
     assert ranks.steps[0] == ranks.steps[1] == ranks.steps[2]  # one shared sequence

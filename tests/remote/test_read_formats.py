@@ -17,6 +17,7 @@ from tests.remote.conftest import (
     burnpack_bytes,
     safetensors_bytes,
 )
+from weightstore import open_reader
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import (
     FileMissingError,
@@ -24,7 +25,6 @@ from weightstore.errors import (
     TruncatedError,
     UnsupportedFormatError,
 )
-from weightstore.formats import open_reader
 from weightstore.pytorch_reader import PytorchReader
 from weightstore.safetensors import SafetensorsReader
 

@@ -163,7 +163,7 @@ def test_a_window_holds_no_more_than_its_budget(
 
 def _upload_set(tmp_path: Path, s3_put: Any, tensors: dict[str, np.ndarray]) -> str:
     folder = tmp_path / "set"
-    save_into(dict(tensors), SafetensorsStore.from_file(folder).max_shard_size(300_000))
+    save_into(dict(tensors), SafetensorsStore.from_file(folder).with_max_shard_size(300_000))
     for file in sorted(folder.iterdir()):
         url = s3_put(f"set/{file.name}", file.read_bytes())
     return url.rsplit("/", 1)[0]
@@ -205,7 +205,7 @@ def test_a_filtered_set_load_opens_only_the_shards_it_needs(
 def test_a_set_over_http_opens_by_its_index(tmp_path: Path, http_server: HttpServer) -> None:
     tensors = _tensors()
     folder = http_server.root / "set"
-    save_into(dict(tensors), SafetensorsStore.from_file(folder).max_shard_size(300_000))
+    save_into(dict(tensors), SafetensorsStore.from_file(folder).with_max_shard_size(300_000))
     store = Store.from_file(http_server.url("set/model.safetensors.index.json"))
     model = _empty(tensors)
     assert store.apply_to(model).is_success()

@@ -68,7 +68,7 @@ _SAVER = textwrap.dedent(
     for line in sys.stdin:
         number = int(line)
         model, count = CYCLE[number % len(CYCLE)]
-        sized = store.max_shard_size(SHARD_SIZE[count]).with_metadata("save", str(number))
+        sized = store.with_max_shard_size(SHARD_SIZE[count]).with_metadata("save", str(number))
         sized.with_metadata("format", "pt").collect_from(MODELS[model])
         print(f"saved {number}", flush=True)
     """

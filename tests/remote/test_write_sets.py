@@ -101,7 +101,9 @@ def uploads_counted(counter: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _store(url: str, options: dict[str, Any]) -> SafetensorsStore:
-    return SafetensorsStore.from_file(url, storage_options=options).max_shard_size(THREE_SHARDS)
+    return SafetensorsStore.from_file(url, storage_options=options).with_max_shard_size(
+        THREE_SHARDS
+    )
 
 
 # -- the layout and re-saves -------------------------------------------------------------------
@@ -288,7 +290,7 @@ def test_a_memory_folder_takes_the_same_protocol(tmp_path: Path) -> None:
     fs = fsspec.filesystem("memory")
     folder = f"memory://ws-sets-{tmp_path.name}"
     try:
-        store = SafetensorsStore.from_file(folder).max_shard_size(THREE_SHARDS).overwrite()
+        store = SafetensorsStore.from_file(folder).with_max_shard_size(THREE_SHARDS).overwrite()
         store.collect_from(_model(1))
         store.collect_from(_model(2))
         names = sorted(p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False))

@@ -111,7 +111,7 @@ def test_a_hand_written_variant_index_is_chosen_only_when_asked(tmp_path: Path) 
     with open_set(tmp_path, variant="fp16") as reader:
         for name, tensor in half.items():
             assert torch.equal(torch.from_numpy(reader.get(name).copy()), tensor)
-    store = SafetensorsStore.from_file(tmp_path).variant("fp16")
+    store = SafetensorsStore.from_file(tmp_path).with_variant("fp16")
     assert store.keys() == sorted(half)
     snapshot = store.get_tensor("0.weight")
     assert snapshot is not None and snapshot.dtype.name == "F16"

@@ -35,7 +35,7 @@ def test_our_set_loads_with_huggingface_hub(tmp_path: Path, max_shard_size: str)
     from huggingface_hub import load_torch_model
 
     saved = _model(0)
-    save_into(saved, SafetensorsStore.from_file(tmp_path).max_shard_size(max_shard_size))
+    save_into(saved, SafetensorsStore.from_file(tmp_path).with_max_shard_size(max_shard_size))
     sharded = (tmp_path / "model.safetensors.index.json").exists()
     assert sharded == (max_shard_size == "3KB")
     loaded = _model(1)
@@ -46,7 +46,7 @@ def test_our_set_loads_with_huggingface_hub(tmp_path: Path, max_shard_size: str)
 def test_a_resaved_set_loads_with_huggingface_hub(tmp_path: Path) -> None:
     from huggingface_hub import load_torch_model
 
-    store = SafetensorsStore.from_file(tmp_path).max_shard_size("3KB").overwrite()
+    store = SafetensorsStore.from_file(tmp_path).with_max_shard_size("3KB").overwrite()
     save_into(_model(0), store)
     saved = _model(2)
     save_into(saved, store)  # tagged shard names: the plain ones were the committed set's
@@ -61,7 +61,7 @@ def test_our_weight_map_is_the_one_huggingface_hub_writes(tmp_path: Path) -> Non
     model = _model(0)
     (tmp_path / "theirs").mkdir()
     save_torch_state_dict(model.state_dict(), tmp_path / "theirs", max_shard_size="3KB")
-    save_into(model, SafetensorsStore.from_file(tmp_path / "ours").max_shard_size("3KB"))
+    save_into(model, SafetensorsStore.from_file(tmp_path / "ours").with_max_shard_size("3KB"))
     theirs = json.loads((tmp_path / "theirs" / "model.safetensors.index.json").read_text())
     ours = json.loads((tmp_path / "ours" / "model.safetensors.index.json").read_text())
     assert ours["weight_map"] == theirs["weight_map"]
@@ -90,9 +90,9 @@ def test_our_set_loads_with_transformers_from_pretrained(
     torch.manual_seed(0)
     saved = model_type(config).eval()
     config.save_pretrained(tmp_path)
-    store = SafetensorsStore.from_file(tmp_path).max_shard_size("20KB")
+    store = SafetensorsStore.from_file(tmp_path).with_max_shard_size("20KB")
     if variant is not None:
-        store = store.variant(variant)
+        store = store.with_variant(variant)
     save_into(saved, store)
     index = (
         "model.safetensors.index.json" if variant is None else "model.safetensors.index.fp16.json"

@@ -635,7 +635,7 @@ def _model(seed: int) -> dict[str, Any]:
 def test_a_store_with_max_shard_size_saves_a_set_into_its_directory(tmp_path: Path) -> None:
     from weightstore import save_into
 
-    store = SafetensorsStore.from_file(tmp_path / "ckpt").max_shard_size("3KB")
+    store = SafetensorsStore.from_file(tmp_path / "ckpt").with_max_shard_size("3KB")
     assert store.options.max_shard_size == 3 * KB
     path = save_into(_model(0), store.with_metadata("run", "1"))
     assert path == str(tmp_path / "ckpt" / "model.safetensors.index.json")
@@ -652,8 +652,8 @@ def test_a_store_with_max_shard_size_saves_a_set_into_its_directory(tmp_path: Pa
 def test_a_set_saved_by_a_store_loads_through_a_store(tmp_path: Path, store_type: Any) -> None:
     from weightstore import load_from, save_into
 
-    save_into(_model(0), store_type.from_file(tmp_path).max_shard_size(3000))
-    save_into(_model(1), store_type.from_file(tmp_path).max_shard_size(2000).overwrite())
+    save_into(_model(0), store_type.from_file(tmp_path).with_max_shard_size(3000))
+    save_into(_model(1), store_type.from_file(tmp_path).with_max_shard_size(2000).overwrite())
     target = _model(2)
     result = load_from(target, store_type.from_file(tmp_path))
     assert len(result.applied) == 8
@@ -676,7 +676,9 @@ def test_a_store_on_an_existing_directory_saves_a_set_of_default_shard_size(
 def test_a_burnpack_store_saves_a_set_without_the_extension_rule(tmp_path: Path) -> None:
     from weightstore import save_into
 
-    path = save_into(_model(0), BurnpackStore.from_file(tmp_path / "ckpt").max_shard_size(3000))
+    path = save_into(
+        _model(0), BurnpackStore.from_file(tmp_path / "ckpt").with_max_shard_size(3000)
+    )
     assert path == str(tmp_path / "ckpt" / "model.bpk.index.json")
     assert not (tmp_path / "ckpt.bpk").exists()
 
@@ -684,7 +686,9 @@ def test_a_burnpack_store_saves_a_set_without_the_extension_rule(tmp_path: Path)
 def test_a_store_variant_names_the_set(tmp_path: Path) -> None:
     from weightstore import save_into
 
-    store = SafetensorsStore.from_file(tmp_path / "ckpt").max_shard_size(4000).variant("fp16")
+    store = (
+        SafetensorsStore.from_file(tmp_path / "ckpt").with_max_shard_size(4000).with_variant("fp16")
+    )
     path = save_into(_model(0), store)
     assert path == str(tmp_path / "ckpt" / "model.safetensors.index.fp16.json")
     _assert_same(_read_set(tmp_path / "ckpt", "fp16")[0], _arrays(0))
@@ -693,7 +697,7 @@ def test_a_store_variant_names_the_set(tmp_path: Path) -> None:
 def test_a_variant_on_a_single_file_save_is_refused(tmp_path: Path) -> None:
     from weightstore import save_into
 
-    store = SafetensorsStore.from_file(tmp_path / "m.safetensors").variant("fp16")
+    store = SafetensorsStore.from_file(tmp_path / "m.safetensors").with_variant("fp16")
     with pytest.raises(InvalidOptionError) as caught:
         save_into(_model(0), store)
     assert caught.value.option == "variant"
@@ -703,21 +707,21 @@ def test_a_variant_on_a_single_file_save_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["fp-16", "", "../x", 16])
 def test_a_malformed_variant_is_refused_at_the_builder(tmp_path: Path, bad: Any) -> None:
     with pytest.raises(InvalidOptionError) as caught:
-        SafetensorsStore.from_file(tmp_path / "ckpt").variant(bad)
+        SafetensorsStore.from_file(tmp_path / "ckpt").with_variant(bad)
     assert caught.value.option == "variant"
 
 
 def test_a_bad_size_is_refused_at_the_builder(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError) as caught:
-        SafetensorsStore.from_file(tmp_path / "ckpt").max_shard_size("5Gb")
+        SafetensorsStore.from_file(tmp_path / "ckpt").with_max_shard_size("5Gb")
     assert caught.value.option == "max_shard_size"
 
 
 def test_memory_stores_and_read_only_formats_refuse_sets(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="directory of files"):
-        SafetensorsStore.from_bytes().max_shard_size("5GB")
+        SafetensorsStore.from_bytes().with_max_shard_size("5GB")
     with pytest.raises(InvalidOptionError) as caught:
-        PytorchStore.from_file(tmp_path / "ckpt").max_shard_size("5GB")
+        PytorchStore.from_file(tmp_path / "ckpt").with_max_shard_size("5GB")
     assert caught.value.format == "pytorch"
 
 
@@ -733,7 +737,7 @@ def test_a_torch_model_saves_a_set_marked_pt_for_transformers(
 ) -> None:
     from weightstore import save_into
 
-    save_into(torch_model, SafetensorsStore.from_file(tmp_path).max_shard_size(1000))
+    save_into(torch_model, SafetensorsStore.from_file(tmp_path).with_max_shard_size(1000))
     tensors, metadata = _read_set(tmp_path)
     assert metadata["format"] == "pt"
     for name, value in torch_model.state_dict().items():

@@ -169,9 +169,12 @@ def test_pytorch_reader_raises_the_typed_errors(directory: bool, tmp_path: Path)
 
 
 def test_detection_raises_the_typed_errors(tmp_path: Path) -> None:
-    from weightstore.formats import detect_format, open_reader
+    from weightstore import open_reader
+    from weightstore.formats import detect_format
 
     with pytest.raises(FileMissingError):
         detect_format(tmp_path / "absent.bin")
-    with pytest.raises(PathIsDirectoryError):
-        open_reader(tmp_path)
+    with pytest.raises(FileMissingError):
+        open_reader(tmp_path / "absent.bin")
+    with pytest.raises(UnsupportedFormatError, match="holding no checkpoint set"):
+        open_reader(tmp_path)  # a directory: a set, were one there

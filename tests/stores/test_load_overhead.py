@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import weightstore.stores._base as store_base
+from tests._opens import counting_opens
 from weightstore import BurnpackStore, SafetensorsStore, load_from, save_into
 from weightstore.base._gc import collector_paused
 from weightstore.burnpack import BurnpackReader
@@ -86,42 +86,28 @@ def test_a_failed_store_load_restores_the_collector(tmp_path: Path) -> None:
     assert gc.isenabled()
 
 
-def _count_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    probes: list[str] = []
-    probe = store_base._probe
-
-    def counting(filename: str) -> tuple[bytes, int]:
-        probes.append(filename)
-        return probe(filename)
-
-    monkeypatch.setattr(store_base, "_probe", counting)
-    return probes
-
-
 @pytest.mark.parametrize(
     ("store_type", "name"), [(SafetensorsStore, "w.safetensors"), (BurnpackStore, "w.bpk")]
 )
 def test_a_load_opens_the_file_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_type: type[SafetensorsStore], name: str
+    tmp_path: Path, store_type: type[SafetensorsStore], name: str
 ) -> None:
     path = tmp_path / name
     save_into(WEIGHTS, store_type.from_file(path))
-    probes = _count_probes(monkeypatch)
     model = {name: np.zeros_like(array) for name, array in WEIGHTS.items()}
-    load_from(model, store_type.from_file(path))
-    assert probes == []  # the format check read the reader's own bytes
+    with counting_opens(path) as opens, store_type.from_file(path) as store:
+        load_from(model, store)
+        store.keys(), store.read_metadata()
+    assert len(opens) == 1  # the format check read the reader's own bytes
     np.testing.assert_array_equal(model["b"], WEIGHTS["b"])
 
 
-def test_a_reader_refusing_the_file_still_gets_the_format_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_store_of_another_format_names_the_file_s_own(tmp_path: Path) -> None:
     path = tmp_path / "w.bpk"
     save_into(WEIGHTS, BurnpackStore.from_file(path))
-    probes = _count_probes(monkeypatch)
-    with pytest.raises(UnsupportedFormatError) as caught:
+    with counting_opens(path) as opens, pytest.raises(UnsupportedFormatError) as caught:
         SafetensorsStore.from_file(path).keys()
-    assert probes == [str(path)] and caught.value.found == "burnpack"
+    assert len(opens) == 1 and caught.value.found == "burnpack"
 
 
 def test_reader_snapshots_match_the_descriptors(tmp_path: Path) -> None:

@@ -105,10 +105,19 @@ def test_an_option_the_format_cannot_honour_is_refused_at_the_builder() -> None:
     assert PytorchStore.from_file("x.pt").with_top_level_key("m").options.top_level_key == "m"
 
 
-def test_metadata_builder_has_the_with_name_and_keeps_the_old_one() -> None:
-    store = SafetensorsStore.from_bytes()
-    with_name = store.with_metadata("a", "1").options.metadata
-    assert with_name == store.metadata("a", "1").options.metadata and with_name["a"] == "1"
+@pytest.mark.parametrize(
+    ("old", "new", "value"),
+    [("metadata", "with_metadata", ("a", "1")), ("max_shard_size", "with_max_shard_size", ("3KB",)),
+     ("variant", "with_variant", ("fp16",))],
+)  # fmt: skip
+def test_old_builder_spellings_warn_at_the_caller_and_still_work(
+    old: str, new: str, value: tuple[str, ...]
+) -> None:
+    store = SafetensorsStore.from_file("ckpt")
+    with pytest.warns(DeprecationWarning, match=new) as caught:
+        by_old = getattr(store, old)(*value)
+    assert caught[0].filename == __file__  # stacklevel: the caller's line, not the store's
+    assert by_old.options == getattr(store, new)(*value).options != store.options
 
 
 def test_invalid_regex_raises_at_the_builder() -> None:
@@ -121,7 +130,7 @@ def test_invalid_regex_raises_at_the_builder() -> None:
 
 
 def test_metadata_defaults_pairs_and_clear(store_type: Any) -> None:
-    store = store_type.from_bytes().metadata("run", "7")
+    store = store_type.from_bytes().with_metadata("run", "7")
     saved = store_type.from_bytes(_saved(store))
     assert saved.read_metadata() == {
         "format": store_type.format_name, "producer": "weightstore",
@@ -130,7 +139,7 @@ def test_metadata_defaults_pairs_and_clear(store_type: Any) -> None:
     cleared = store_type.from_bytes(_saved(store_type.from_bytes().clear_metadata()))
     assert cleared.read_metadata() == {}
     with pytest.raises(InvalidOptionError):
-        store_type.from_bytes().metadata("k", 3)
+        store_type.from_bytes().with_metadata("k", 3)
 
 
 def test_filter_on_save(store_type: Any) -> None:

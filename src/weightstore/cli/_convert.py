@@ -12,7 +12,7 @@ extension or ``--format`` names, and every flag is a builder of one of the two s
 
 Tensors are read as the writer reaches them, so peak memory is about the largest tensor (twice
 that when an adapter casts or transposes it); from a PyTorch checkpoint that holds whatever its
-size, as each tensor's mapped pages are released once written (`_streaming_reader`). List
+size, as each tensor's mapped pages are released once written (`_releasing_reader`). List
 indices keep their numbers (the PyTorch store's contiguous renumbering is turned off): a
 converted file loads into the model the source came from.
 
@@ -25,7 +25,6 @@ a file does not record; the library infers it from names and shapes
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import os
@@ -45,7 +44,7 @@ from weightstore.adapters import (
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_OK, about
 from weightstore.cli._modules import typed_for_command
-from weightstore.cli._open import is_set_path, storage_options_of
+from weightstore.cli._open import storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
@@ -125,42 +124,33 @@ def run(args: argparse.Namespace) -> int:
     adapter = _adapter(args)
     storage = storage_options_of(args)
     with about(args.src):
-        source_store = Store.from_file(args.src, storage_options=storage)
-        source_store = source_store.map_indices_contiguous(False)
+        opened = Store.from_file(args.src, storage_options=storage)
+        source_store = opened.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
-        source = source_for(source_store)
-        assert isinstance(source, ModelFreeSource)  # a store always reads as one
-        metadata = _carried_metadata(source_store)
-        reader = _streaming_reader(source_store, args)
-    with reader or contextlib.nullcontext():
+            opened.close()  # the keyed copy reads through a reader of its own
+    with source_store:  # one reader of SRC, shared by the listing, the metadata and the reads
         with about(args.src):
+            source = source_for(source_store)
+            assert isinstance(source, ModelFreeSource)  # a store always reads as one
+            metadata = _carried_metadata(source_store)
+            reader = _releasing_reader(source_store, args)
             read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
             snapshots = _owned(read, adapter, args)
         return _write(args, fmt, adapter, metadata, source, snapshots)
 
 
-def _streaming_reader(store: Store, args: argparse.Namespace) -> Any:
-    """A second reader of SRC, when its format's reader can `release` a tensor's pages
-    (PyTorch's), else ``None``. The pages of a mapped file that the writer has read count in
-    the process's resident size until the file is unmapped, so a conversion through the
-    store's own reader peaks at the file's size; releasing each tensor once written, with no
-    copy, keeps about one resident. (A ``mode="pread"`` reader would also, at one more copy
-    per tensor: 2-4x the CPU time of the mapped read.)"""
-    fmt = store.FORMAT
-    assert fmt is not None and fmt.open_file is not None  # a store opened on SRC reads it
-    if is_url(args.src):  # read by range requests into arrays of their own: nothing mapped
+def _releasing_reader(store: Store, args: argparse.Namespace) -> Any:
+    """The store's reader when it can `release` a tensor's pages (PyTorch's), else None. The
+    pages of a mapped file that the writer has read count in the process's resident size
+    until the file is unmapped, so a conversion that kept them would peak at the file's size;
+    releasing each tensor once written, with no copy, keeps about one resident. (A
+    ``mode="pread"`` reader would also, at one more copy per tensor: 2-4x the CPU time of the
+    mapped read.) A URL is read by range requests into arrays of their own: nothing mapped."""
+    if is_url(args.src) or not store.format.reader_releases_pages:
         return None
-    if is_set_path(args.src):  # no release through a set: its mapped pages stay resident
-        return None  # (clean file pages the kernel may drop) until the conversion ends
-    options: dict[str, Any] = {}
-    if args.top_level_key is not None:
-        options["top_level_key"] = args.top_level_key
-    reader = fmt.open_file(fmt.path_for_read(args.src), **options)
-    if callable(getattr(reader, "release", None)):
-        return reader
-    reader.close()
-    return None
+    reader = store.reader()  # a set's reader has no `release`: its pages stay resident
+    return reader if callable(getattr(reader, "release", None)) else None  # (clean, droppable)
 
 
 def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSnapshot]:
@@ -245,7 +235,7 @@ def _destination_format(dst: str, name: str | None, writes_set: bool) -> Contain
     without ``--format`` is SafeTensors, the layout people download."""
     if writes_set and not name:
         name = "safetensors"
-    fmt = formats.format_named(name) if name else formats.format_for_name(dst)
+    fmt = formats.format_named(name) if name else formats.format_for_path(dst)
     names = [f.name for f in formats.FORMATS if f.writable]
     if fmt is None:
         raise InvalidOptionError(
@@ -319,10 +309,10 @@ def _destination(
         store = store_type.from_file(args.dst, storage_options=storage).overwrite(args.overwrite)
     if args.max_shard_size is not None:
         with about("--max-shard-size"):
-            store = store.max_shard_size(args.max_shard_size)
+            store = store.with_max_shard_size(args.max_shard_size)
     if args.variant is not None:
         with about("--variant"):
-            store = store.variant(args.variant)
+            store = store.with_variant(args.variant)
     with about("--filter"):
         store = store.with_regexes(args.filter or ())
     with about("--remap"):

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
-from weightstore.cli._open import is_dcp_checkpoint, is_set_path
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -36,8 +35,9 @@ from weightstore.errors import (
     LimitExceeded,
     UnsupportedObjectError,
 )
-from weightstore.formats import detect_format, format_named, read_probe
+from weightstore.formats import format_named, read_probe
 from weightstore.io import is_url
+from weightstore.locate import Kind, locate, reading_format
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
@@ -226,12 +226,12 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     """Detect the format of `path` and describe its contents without reading tensor data; a
     directory or an index file is described as a sharded set."""
     filename = os.fspath(path)
-    storage = options.get("storage_options")
-    if not is_url(filename) and is_dcp_checkpoint(filename):
+    location = locate(filename, options.get("storage_options"))
+    if location.kind is Kind.DCP:
         return _summarize_dcp(filename)
-    if is_set_path(filename, storage):
+    if location.kind is Kind.SET:
         return _summarize_set(filename, options)
-    summarize_file: Summarizer = detect_format(filename, storage).load_summarizer()
+    summarize_file: Summarizer = reading_format(location).load_summarizer()
     return summarize_file(filename, options)
 
 

@@ -76,7 +76,7 @@ def container_format(index: DcpIndex) -> ContainerFormat:
         SetError: the key names no format with readable files, or a file's extension is
             another format's.
     """
-    from weightstore.formats import format_for_name, format_named
+    from weightstore.formats import format_for_path, format_named
 
     name = index.metadata.get(CONTAINER_KEY, "")
     try:
@@ -89,7 +89,7 @@ def container_format(index: DcpIndex) -> ContainerFormat:
             f"rank files' format {shown} is no format weightstore reads", path=index.path
         ) from None
     for file in index.files():
-        if format_for_name(file) is not fmt:
+        if format_for_path(file) is not fmt:
             raise SetError(
                 f"rank file is not named as a {fmt.title} file", path=index.path, shard=file
             )

@@ -351,9 +351,9 @@ def _file_order(fmt: ContainerFormat, entries: Sequence[TensorEntry]) -> list[st
 
 
 def _metadata(store: Store, fmt: ContainerFormat, framework: str | None) -> dict[str, str]:
-    from weightstore.stores._base import _save_metadata
+    from weightstore.stores._save import save_metadata
 
-    return _save_metadata(store.options.metadata, fmt, framework)
+    return save_metadata(store.options.metadata, fmt, framework)
 
 
 def _max_shard_size(store: Store) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Final
 from weightstore.base._render import bounded_repr
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
 from weightstore.io import is_url
-from weightstore.io._open import open_source
+from weightstore.io._open import handed_over, open_source
 from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
@@ -77,7 +77,8 @@ def open_archive(
         )
     if is_url(path):
         return _open_remote(path, limits, storage_options)
-    source = MmapSource(path)
+    taken = handed_over(path)
+    source = MmapSource(path) if taken is None else taken
     storage_source: ByteSource = source
     try:
         if mode == "pread":

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorInfo, TensorReader
     from weightstore.dtypes import DType
 
-__all__ = ["SetReader", "SetReport", "open_set", "set_format_of"]
+__all__ = ["SetReader", "SetReport", "located_set", "open_set", "set_format_of"]
 
 _LISTED_IN_WARNING: Final = 5  # files or tensors a warning names before counting the rest
 
@@ -166,7 +166,10 @@ def open_set(
 
 
 def set_format_of(
-    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    path: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    variant: str | None = None,
 ) -> ContainerFormat:
     """The format of the set at `path` (a directory or an index, local or a URL), opening no
     shard.
@@ -174,15 +177,30 @@ def set_format_of(
     Raises:
         SetError: as `open_set`.
     """
+    return located_set(path, storage_options, variant=variant)[0]
+
+
+def located_set(
+    path: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    variant: str | None = None,
+) -> tuple[ContainerFormat, str | None]:
+    """The format of the set at `path` (of `variant`) and its index path (None for a set that
+    is one file), opening no shard: what `weightstore.locate` records of a set.
+
+    Raises:
+        SetError: as `open_set`.
+    """
     from weightstore.formats import format_named
 
-    location = find_set(path, storage_options=storage_options)
+    location = find_set(path, variant=variant, storage_options=storage_options)
     if location.index_path is None:
         assert location.layout is not None
-        return format_named(location.layout.format_name)
+        return format_named(location.layout.format_name), None
     index = read_index(location.index_path, storage_options=storage_options)
     shard_paths = locate_shards(index, storage_options)
-    return _format_of(location, index, shard_paths, None, storage_options)
+    return _format_of(location, index, shard_paths, None, storage_options), location.index_path
 
 
 def _indexed_set(
@@ -224,10 +242,10 @@ def _format_of(
 ) -> ContainerFormat:
     """The shards' format: the one their extension names, else the first shard's bytes (an
     index names its shards, so they, not the index's own name, say what the set is)."""
-    from weightstore.formats import detect_format, format_for_name, format_named
+    from weightstore.formats import detect_format, format_for_path, format_named
 
     extensions = {os.path.splitext(shard)[1].lower() for shard in shard_paths}
-    fmt = format_for_name(f"shard{extensions.pop()}") if len(extensions) == 1 else None
+    fmt = format_for_path(f"shard{extensions.pop()}") if len(extensions) == 1 else None
     if fmt is None and shard_paths:
         fmt = detect_format(shard_paths[min(shard_paths)], storage_options)
     if fmt is None:  # an index of no tensors: the name it was found by is all there is

@@ -15,35 +15,35 @@ from-adapter -> apply. Saves go: source (a model, or a store, reader, state dict
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from weightstore.base._gc import collector_paused
-from weightstore.base._version import __version__
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
-from weightstore.errors import (
-    FileMissingError,
-    InvalidOptionError,
-    PathIsDirectoryError,
-    UnsupportedFormatError,
-    WeightstoreError,
-)
-from weightstore.formats import (
-    FORMATS,
-    detect_format,
-    detect_format_of_bytes,
-    format_for_name,
-    read_probe,
-    what_it_is,
-)
+from weightstore.errors import InvalidOptionError
+from weightstore.formats import detect_format_of_bytes
 from weightstore.io import is_url
 from weightstore.stores._options import StoreOptions
+from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
+from weightstore.stores._source import (
+    READER_OPTIONS,
+    STORE_NAMES,
+    OpenReader,
+    Output,
+    file_path,
+    is_set_source,
+    open_store_reader,
+)
 
 if TYPE_CHECKING:
     # At run time each of these is imported by the one method that needs it (a load, a save,
     # a builder), so ``from weightstore import SafetensorsStore`` loads the store alone: the
     # model-walking, snapshot, adapter and writing machinery load with the first use.
     from weightstore.adapters import Adapter
+    from weightstore.io._source import ByteSource
+    from weightstore.locate import Location
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
     from weightstore.report import ApplyResult
     from weightstore.sets._reader import SetReport
@@ -54,35 +54,6 @@ __all__ = ["Store", "StoreOptions"]
 
 StoreT = TypeVar("StoreT", bound="Store")
 Buffer = bytes | bytearray | memoryview
-
-
-def _checked_top_level_key(store: Store, result: ApplyResult) -> str | None:
-    """The top-level key `result`'s prefix change points at, if `store` can read a
-    checkpoint under one and this file opens under that key; else None."""
-    change = result.prefix_change()
-    key = None if change is None else change.top_level_key
-    options_ok = "top_level_key" in store.format.store_options
-    if key is None or not options_ok or store.options.top_level_key is not None:
-        return None
-    try:
-        reader = store.with_top_level_key(key)._open()
-    except WeightstoreError:  # not a key of the top-level dict: the remapping is the fix
-        return None
-    reader.close()
-    return key
-
-
-class _Output:
-    """The bytes a memory-backed store saved last; shared by a store and its builder copies, so
-    ``store.get_bytes()`` works on the store the caller kept."""
-
-    def __init__(self, data: bytes | None) -> None:
-        self.data = data
-
-
-def default_metadata(format_name: str) -> dict[str, str]:
-    """The metadata every save carries unless cleared: the format, producer and version."""
-    return {"format": format_name, "producer": "weightstore", "version": __version__}
 
 
 _STORE_FOR_FORMAT: dict[str, type[Store]] = {}
@@ -109,20 +80,23 @@ class Store:
         if cls.FORMAT is not None:
             cls.format_name = cls.FORMAT.name
             _STORE_FOR_FORMAT[cls.FORMAT.name] = cls
+            STORE_NAMES[cls.FORMAT.name] = cls.__name__
 
     def __init__(
         self,
         *,
         path: str | None = None,
-        output: _Output | None = None,
+        output: Output | None = None,
         static: Any = None,
         options: StoreOptions | None = None,
+        reading: OpenReader | None = None,
     ) -> None:
         self._path = path
-        self._output = output
+        self._output = output if output is not None else Output()
         self._static = static
         self._options = options if options is not None else self._defaults()
         self._cache: dict[str, TensorSnapshot] | None = None
+        self._reading = reading if reading is not None else OpenReader()
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -171,8 +145,9 @@ class Store:
         if cls.FORMAT is not None:
             store = _new_store(cls, path=filename)
         else:
-            fmt = _format_of_path(filename, storage_options)
-            store = _new_store(cast(type[StoreT], _STORE_FOR_FORMAT[fmt.name]), path=filename)
+            location, probe = _located(filename, storage_options)
+            store_type = cast(type[StoreT], _STORE_FOR_FORMAT[location.require_format().name])
+            store = _new_store(store_type, path=filename, reading=OpenReader(location, probe))
         if storage_options is not None:
             store._storage_options = dict(storage_options)
         return store
@@ -198,7 +173,8 @@ class Store:
                 f"{fmt.title} stores read files only; use {cls.__name__}.from_file",
                 format=fmt.name,
             )
-        return _new_store(cls, output=_Output(None if data is None else bytes(data)))
+        data = None if data is None else bytes(data)
+        return _new_store(cls, output=Output(data, in_memory=True))
 
     @classmethod
     def from_static(cls: type[StoreT], buffer: Buffer) -> StoreT:
@@ -231,6 +207,9 @@ class Store:
         clone.__dict__.update(self.__dict__)
         clone._options = self._options.replace(**changes)
         clone._cache = None
+        reread = READER_OPTIONS & changes.keys()
+        if any(getattr(self._options, name) != changes[name] for name in reread):
+            clone._reading = OpenReader()  # the copy reads the source another way
         return clone
 
     @property
@@ -314,7 +293,8 @@ class Store:
         return self._with(metadata={**self._options.metadata, key: value})
 
     def metadata(self: StoreT, key: str, value: str) -> StoreT:
-        """Alias of `with_metadata`, the name Burn's store uses."""
+        """Deprecated alias of `with_metadata`, kept for one release."""
+        _deprecated("metadata", "with_metadata")
         return self.with_metadata(key, value)
 
     def clear_metadata(self: StoreT) -> StoreT:
@@ -357,7 +337,7 @@ class Store:
         """Save a tensor tied under several names once, under its first name."""
         return self._with(dedupe_tied=enabled)
 
-    def max_shard_size(self: StoreT, size: int | str) -> StoreT:
+    def with_max_shard_size(self: StoreT, size: int | str) -> StoreT:
         """Save a sharded set into the store's path, a directory (created if missing), with at
         most `size` bytes of tensor data per shard: an int, or decimal text as the Hugging Face
         tools write it (``"5GB"`` = 5 * 10**9 bytes; ``"5GiB"`` = 5 * 2**30). A tensor larger
@@ -380,7 +360,12 @@ class Store:
             )
         return self._with(max_shard_size=nbytes)
 
-    def variant(self: StoreT, name: str | None) -> StoreT:
+    def max_shard_size(self: StoreT, size: int | str) -> StoreT:
+        """Deprecated spelling of `with_max_shard_size`, kept for one release."""
+        _deprecated("max_shard_size", "with_max_shard_size")
+        return self.with_max_shard_size(size)
+
+    def with_variant(self: StoreT, name: str | None) -> StoreT:
         """Read and write a sharded set's variant, as transformers' ``variant=`` names it:
         ``model.fp16-00001-of-00002.safetensors`` and ``model.safetensors.index.fp16.json``
         (``model.fp16.safetensors`` when unsharded); None for the plain names. A directory
@@ -401,102 +386,51 @@ class Store:
                 ) from None
         return self._with(variant=name)
 
+    def variant(self: StoreT, name: str | None) -> StoreT:
+        """Deprecated spelling of `with_variant`, kept for one release."""
+        _deprecated("variant", "with_variant")
+        return self.with_variant(name)
+
     # -- reading --------------------------------------------------------------------------------
 
     def _file_path(self, for_write: bool) -> str:
         assert self._path is not None
-        fmt = self._format()
-        if "auto_extension" in fmt.store_options and not self._options.auto_extension:
-            return self._path
-        return fmt.path_for_write(self._path) if for_write else fmt.path_for_read(self._path)
+        return file_path(self._format(), self._path, self._options, for_write=for_write)
 
-    def _open(self) -> Any:
-        """A reader over the store's source, after checking the bytes are this format's."""
-        fmt = self._format()
-        if self._path is not None:
-            if is_url(self._path) and self._options.auto_extension:
-                # Burn's rule reads `model` as `model.bpk` only when `model` does not exist,
-                # which for a URL only a request tells: the reader tries both, in that order.
-                return self._open_path(self._path)
-            return self._open_path(self._file_path(for_write=False))
-        if self._static is not None:
-            assert fmt.open_static is not None
-            view = memoryview(self._static).cast("B")
-            self._refuse_foreign(bytes(view[:PROBE_SIZE]), view.nbytes, None)
-            return fmt.open_static(self._static)
-        if self._output is None or self._output.data is None:
-            raise InvalidOptionError("this store has no bytes to read from (save into it first)")
-        assert fmt.open_bytes is not None
-        data = self._output.data
-        self._refuse_foreign(data[:PROBE_SIZE], len(data), None)
-        return fmt.open_bytes(data)
+    def reader(self) -> Any:
+        """The container reader open over the store's source (a `SetReader` for a set), opened
+        on first use and shared with the store's builder copies that read the source the same
+        way; `close` closes it. Loads, `keys` and `read_metadata` read through it.
 
-    def _open_path(self, filename: str) -> Any:
-        """`_open` for a file, opened once: the reader first, then the format check on the
-        bytes it already holds. A reader that refuses the file gives way to the check, so a
-        foreign or missing file raises exactly what checking first would have raised."""
-        fmt = self._format()
-        options: dict[str, Any] = {}
-        if self._options.top_level_key is not None:
-            options["top_level_key"] = self._options.top_level_key
-        remote = is_url(filename)
-        storage = self._storage_options
-        if remote:
-            options["storage_options"] = storage
-        # A URL is tried as a file first: telling a folder on an object store costs a listing.
-        if filename.endswith(".json") or (not remote and os.path.isdir(filename)):
-            from weightstore.stores._sets import open_store_set  # sets load with the first set
+        Raises:
+            FileMissingError: nothing is at the path.
+            UnsupportedFormatError: the file is another format's (named), or no one's.
+        """
+        return self._reading.get(self._output, self._open_new)
 
-            set_reader = open_store_set(fmt, filename, self._options, options)
-            if set_reader is not None:
-                return set_reader
-        try:
-            reader = fmt.open_file(filename, **options)
-        except FileMissingError:
-            if not remote:
-                head, size = _probe(filename)  # raises what a probe of the path raises
-                self._refuse_foreign(head, size, filename)
-                raise
-            from weightstore.stores._sets import open_store_set  # no object: a folder?
+    _open = reader  # the name the pipelines use
 
-            set_reader = open_store_set(fmt, filename, self._options, options)
-            if set_reader is not None:
-                return set_reader
-            raise
-        except Exception:
-            head, size = _probe(filename, storage) if remote else _probe(filename)
-            self._refuse_foreign(head, size, filename)
-            raise  # the file is this format's (or no one's): the reader's error says why
-        try:
-            found = _head_of(reader)
-            if found is None and not remote:  # a URL's reader proved its format by opening
-                found = _probe(filename)
-            if found is not None:
-                self._refuse_foreign(*found, filename)
-        except BaseException:
-            reader.close()
-            raise
-        return reader
+    def _open_new(self, location: Location | None, probe: ByteSource | None) -> Any:
+        return open_store_reader(
+            self._format(), self._options, path=self._path, static=self._static,
+            output=self._output, storage_options=self._storage_options, location=location,
+            probe=probe,
+        )  # fmt: skip
 
-    def _refuse_foreign(self, head: bytes, size: int, path: str | None) -> None:
-        """Name the real format when the bytes are another's: otherwise a SafeTensors store on
-        a ``.pt`` file would report a 578 PB header and advise raising the limit."""
-        fmt = self._format()
-        if fmt.sniff(head, size):
-            return
-        for other, store_type in _STORE_FOR_FORMAT.items():
-            if other != fmt.name and store_type._format().sniff(head, size):
-                raise UnsupportedFormatError(
-                    f"is a {store_type._format().title} file, not a {fmt.title} file; open it "
-                    f"with {store_type.__name__} or Store.from_file, which picks the format",
-                    path=path,
-                    found=other,
-                )
-        what = what_it_is(head, size)
-        if what is not None:  # recognised, but by nobody that reads it as one file
-            raise UnsupportedFormatError(
-                f"is {what}, not a {fmt.title} file", path=path, found="json"
-            )
+    def close(self) -> None:
+        """Close the reader the store (and its copies) opened; a later read opens it again."""
+        self._reading.close()
+
+    def __enter__(self: StoreT) -> StoreT:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def _read_snapshots(self) -> list[TensorSnapshot]:
         """Snapshots as the container names them, in file order, before remapping."""
@@ -507,7 +441,7 @@ class Store:
     def read_metadata(self) -> dict[str, str]:
         """The source's metadata as strings (PyTorch: the layout's facts; a sharded set: its
         index's, ``total_size`` included)."""
-        return {key: str(value) for key, value in self._open().metadata().items()}
+        return {key: str(value) for key, value in self.reader().metadata().items()}
 
     def set_report(self) -> SetReport | None:
         """What a store over a sharded set leaves out: files in the directory that are not the
@@ -608,96 +542,21 @@ class Store:
         snapshots = collect(
             source, options.filter, options.to_adapter, dedupe_tied=options.dedupe_tied
         )
-        self._cache = None
         return self._write_snapshots(self._remapped(snapshots), framework=source.framework)
 
     def _write_snapshots(
         self, snapshots: Sequence[TensorSnapshot], *, framework: str | None = None
     ) -> str | None:
-        """Write `snapshots` as this store's format; the path written, or None for memory.
-        `framework` (``"pt"``) replaces the default ``format`` metadata where the format
-        names frameworks there (`_FRAMEWORK_FORMATS`)."""
-        fmt = self._format()
-        if fmt.writer is None:
-            raise InvalidOptionError(
-                f"saving to {fmt.title} format is not supported; save with BurnpackStore or "
-                "SafetensorsStore",
-                format=fmt.name,
-            )
-        from weightstore.entry import TensorEntry
-        from weightstore.io._atomic import write_atomic
-
-        entries = [
-            TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
-        ]
-        metadata = _save_metadata(self._options.metadata, fmt, framework)
-        directory = self._set_directory()
-        if directory is not None:
-            return self._write_set(directory, entries, metadata)
-        if self._options.variant is not None:
-            raise InvalidOptionError(
-                "a variant names the files of a sharded set; save into a directory or set "
-                "max_shard_size",
-                option="variant",
-            )
-        writer = fmt.writer(entries, metadata)
-        if self._path is not None:
-            # The store has already applied the extension rule (or auto_extension(False)).
-            target = self._file_path(for_write=True)
-            options = self._options
-            write_atomic(
-                target,
-                writer.write_to,
-                overwrite=options.overwrite,
-                durable=options.durable,
-                storage_options=self._storage_options,
-            )
-            return target
-        if self._output is not None:
-            self._output.data = writer.to_bytes()
-            return None
-        raise InvalidOptionError("a static buffer store is read-only")
-
-    def _set_directory(self) -> str | None:
-        """The directory a save writes a sharded set into: the path as given when
-        `max_shard_size` is set, else the path (after the extension rule) when it is an
-        existing directory; None for a single-file or memory save. A URL is a directory
-        when it ends with ``/`` or its prefix holds objects."""
-        if self._path is None:
-            return None
-        if self._options.max_shard_size is not None:
-            return self._path
-
-        if is_url(self._path):
-            from weightstore.io._remote_write import is_directory
-
-            if self._path.endswith("/"):  # before the extension rule would add ".bpk"
-                return self._path
-            target = self._file_path(for_write=True)
-            return target if is_directory(target, self._storage_options) else None
-        target = self._file_path(for_write=True)
-        return target if os.path.isdir(target) else None
-
-    def _write_set(self, directory: str, entries: Sequence[Any], metadata: dict[str, str]) -> str:
-        """Save `entries` as a sharded set (`weightstore.sets.write_set`); the index path, or
-        the single file's when everything fits in one shard."""
-        from weightstore.sets._layout import layout_for
-        from weightstore.sets._writer import DEFAULT_MAX_SHARD_SIZE, write_set
-
-        fmt, options = self._format(), self._options
-        size = options.max_shard_size
-        return write_set(
-            directory,
-            layout_for(fmt.name),
-            fmt,
-            entries,
-            max_shard_size=DEFAULT_MAX_SHARD_SIZE if size is None else size,
-            metadata=metadata,
-            overwrite=options.overwrite,
-            durable=options.durable,
-            variant=options.variant,
-            storage_options=self._storage_options,
-        )
+        """Write `snapshots` as this store's format (`_save.write_snapshots`); the path
+        written, or None for memory. Readers opened before now are stale."""
+        try:
+            return write_snapshots(
+                snapshots, fmt=self._format(), options=self._options, path=self._path,
+                output=self._output, storage_options=self._storage_options, framework=framework,
+            )  # fmt: skip
+        finally:
+            self._cache = None
+            self._output.saves += 1
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
         """Load this store into `model`, raising `LoadFailedError` as the options say.
@@ -726,7 +585,7 @@ class Store:
         if self._path is None or self._cache is not None:
             return None
         filename = self._file_path(for_write=False)
-        if not (filename.endswith(".json") or os.path.isdir(filename)):
+        if not is_set_source(filename):
             return None
         from weightstore.snapshot import reader_snapshots
         from weightstore.stores._sets import restricted_for_load
@@ -751,37 +610,21 @@ class Store:
         """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
         passes a rank's slices of them); the store's options, report and failures as there.
         `unused` names source tensors left out before the load, reported as unused."""
-        from weightstore.transfer._apply import apply
-        from weightstore.transfer._plan import LoadRules
+        from weightstore.stores._load import apply_snapshots
 
-        options = self._options
         path = None if self._path is None else self._file_path(for_write=False)
-        if path is not None and is_url(path):  # fetch what the load reads in large batches
-            from weightstore.stores._remote_plan import plan_reads_for_load
+        return apply_snapshots(
+            model, snapshots, device, fmt=self._format(), options=self._options, path=path,
+            map_indices=self._index_mapper(), opens_under=self._opens_under, unused=unused,
+        )  # fmt: skip
 
-            plan_reads_for_load(snapshots, options, path)
-        rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
-        with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
-            result = apply(
-                model,
-                snapshots,
-                options.active_filter(),
-                options.from_adapter,
-                device=device,
-                map_indices=self._index_mapper(),
-                skip_enum_variants=options.skip_enum_variants,
-                source_path=path,
-                rules=rules,
-            )
-            if unused:
-                result.unused = sorted([*result.unused, *unused])
-            result.top_level_key = _checked_top_level_key(self, result)
-        failure = result.refused or rules.failure(result)
-        if failure is None:
-            return result
-        from weightstore.stores._load_failure import LoadFailedError, store_fix  # failures only
-
-        raise LoadFailedError(result, failure, store_fix(result, failure), path=path)
+    def _opens_under(self, key: str) -> bool:
+        """Whether the source opens under top-level key `key` (what a failed load's fix may
+        name); the copy's reader is closed again."""
+        clone = self.with_top_level_key(key)
+        clone.reader()
+        clone.close()
+        return True
 
     def get_bytes(self) -> bytes:
         """What the last save into a memory-backed store wrote.
@@ -789,7 +632,7 @@ class Store:
         Raises:
             InvalidOptionError: the store is file-backed or nothing was saved yet.
         """
-        if self._output is None or self._output.data is None:
+        if not self._output.in_memory or self._output.data is None:
             raise InvalidOptionError("this store holds no bytes (it is file-backed or unsaved)")
         return self._output.data
 
@@ -806,69 +649,19 @@ def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
     return snapshot.with_name(name)
 
 
-def _format_of_path(path: str, storage_options: Mapping[str, Any] | None = None) -> ContainerFormat:
-    """The format of an existing file (from its bytes; Burn's extension rule included), or the
-    one its extension names when it does not exist yet; for a directory or an index, its set's
-    format. A URL is probed with one request, which the reader opened next takes over."""
-    if is_url(path):
-        return _format_of_url(path, storage_options)
-    if path.endswith(".json") or os.path.isdir(path):
-        from weightstore.stores._sets import set_format  # sets load with the first set
+def _located(
+    path: str, storage_options: Mapping[str, Any] | None
+) -> tuple[Location, ByteSource | None]:
+    """What is at `path` (`weightstore.locate`), and the open file it was probed through,
+    which the store's first reader takes over."""
+    from weightstore.locate import _locate
 
-        found = set_format(path)
-        if found is not None:
-            return found
-        if os.path.isdir(path):
-            raise UnsupportedFormatError(
-                "is a directory holding no checkpoint set, so its format is unknown; to save a "
-                "set into it, use a declared store (SafetensorsStore, BurnpackStore)",
-                path=path,
-            )
-    candidates = [path] + [
-        fmt.path_for_read(path) for fmt in FORMATS if fmt.default_extension is not None
-    ]
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return detect_format(candidate)
-    return _format_for_new(path)
+    return _locate(path, storage_options, None, keep=True)
 
 
-def _format_of_url(url: str, storage_options: Mapping[str, Any] | None) -> ContainerFormat:
-    """`_format_of_path` for a URL: a set's format for an index or a folder (a prefix on an
-    object store), else the object's (its first bytes), else the one its extension names."""
-    from weightstore.stores._sets import set_format
-
-    if url.endswith((".json", "/")):
-        found = set_format(url, storage_options)
-        if found is not None:
-            return found
-    candidates = dict.fromkeys(
-        [url] + [fmt.path_for_read(url) for fmt in FORMATS if fmt.default_extension is not None]
-    )
-    for candidate in candidates:
-        if candidate.endswith("/"):
-            continue
-        try:
-            head, size = read_probe(candidate, storage_options)
-        except FileMissingError:
-            continue
-        return detect_format_of_bytes(head, size, candidate)
-    # No object: a folder holding a set (a prefix, one listing), else a save target.
-    found = None if url.endswith((".json", "/")) else set_format(url, storage_options)
-    return found if found is not None else _format_for_new(url)
-
-
-def _format_for_new(path: str) -> ContainerFormat:
-    """The format a path that does not exist yet names by its extension (a save target)."""
-    fmt = format_for_name(path)
-    if fmt is None:
-        raise UnsupportedFormatError(
-            "does not exist and its extension names no format; use a declared store "
-            "(BurnpackStore, SafetensorsStore) or one of the extensions "
-            + ", ".join(sorted({f".{f.extensions[0]}" for f in FORMATS})),
-            path=path,
-        )
-    return fmt
+def _deprecated(old: str, new: str) -> None:
+    """Warn that builder `old` is spelled `new` now, pointing at the caller's line."""
+    warnings.warn(f"Store.{old} is deprecated; use Store.{new}", DeprecationWarning, stacklevel=3)
 
 
 def _format_of_bytes(data: Buffer) -> ContainerFormat:
@@ -876,63 +669,7 @@ def _format_of_bytes(data: Buffer) -> ContainerFormat:
     return detect_format_of_bytes(bytes(view[:PROBE_SIZE]), view.nbytes)
 
 
-# Formats whose ``format`` metadata names the framework the tensors are for, not the container:
-# SafeTensors (transformers refuses a file whose ``format`` is not pt, tf, flax or mlx).
-# Burnpack's keeps Burn's meaning, the container's name.
-_FRAMEWORK_FORMATS: Final = frozenset({"safetensors"})
-
-
-class _DefaultFormat(str):
-    """The ``format`` metadata value a new store starts with (the container's name), marked
-    so a save can tell it from one set with `with_metadata`: only this one is replaced by the
-    source's framework (`_save_metadata`). Equal to, and written as, the plain string."""
-
-    __slots__ = ()
-
-
 def _new_store(store_type: type[StoreT], **source: Any) -> StoreT:
     """A new store of `store_type` over `source` (``path=``, ``output=`` or ``static=``), with
     the format's default options and the default ``format`` value marked (`_DefaultFormat`)."""
-    options = store_type._defaults()
-    value = options.metadata.get("format")
-    if value is not None:
-        metadata = {**options.metadata, "format": _DefaultFormat(value)}
-        options = options.replace(metadata=metadata)
-    return store_type(options=options, **source)
-
-
-def _save_metadata(
-    metadata: Mapping[str, str], fmt: ContainerFormat, framework: str | None
-) -> dict[str, str]:
-    """The pairs a save writes: the store's, with a default ``format`` replaced by the
-    source's framework where the format reads ``format`` so (`_FRAMEWORK_FORMATS`). Values
-    become plain strings."""
-    pairs = {key: str(value) for key, value in metadata.items()}
-    default = isinstance(metadata.get("format"), _DefaultFormat)
-    if default and framework is not None and fmt.name in _FRAMEWORK_FORMATS:
-        pairs["format"] = framework
-    return pairs
-
-
-def _head_of(reader: object) -> tuple[bytes, int] | None:
-    """What `read_probe` would return, from an open container reader's own source (no second
-    open of the file); None for readers without one (PyTorch's)."""
-    from weightstore.container._reader import ContainerReader  # loaded by then: the reader's base
-
-    if not isinstance(reader, ContainerReader):
-        return None
-    source = reader._source
-    size = source.size
-    return bytes(source.read(0, min(PROBE_SIZE, size), "the format probe")), size
-
-
-def _probe(filename: str, storage_options: Mapping[str, Any] | None = None) -> tuple[bytes, int]:
-    """`read_probe`, with a missing file or a directory raised as our typed errors."""
-    try:
-        return read_probe(filename, storage_options)
-    except (FileMissingError, PathIsDirectoryError):
-        raise
-    except FileNotFoundError as err:
-        raise FileMissingError(filename) from err
-    except IsADirectoryError as err:
-        raise PathIsDirectoryError(filename) from err
+    return store_type(options=marked_defaults(store_type._defaults()), **source)

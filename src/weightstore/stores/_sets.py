@@ -1,7 +1,6 @@
-"""A store over a sharded set: when a store's path is a set, which reader it reads through.
+"""A store over a sharded set: how much of it a load reads.
 
-`Store._open_path` hands a directory or an index path here, and nowhere else, so a
-single-file load never imports `weightstore.sets`. The one decision made here is how much
+Which reader opens a set is `weightstore.locate`'s answer; the one decision made here is how much
 of the set a load must see: a store whose filter decides by name alone gets a reader
 restricted to the tensors the filter keeps (`SetReader.restricted`), which never opens the
 shards holding none of them. Anything that can match a file tensor to a model path under
@@ -11,73 +10,15 @@ that asks about module types (a predicate) needs every tensor, so then the reade
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-from weightstore.io import is_url
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat
     from weightstore.sets._reader import SetReader, SetReport
     from weightstore.stores._options import StoreOptions
 
-__all__ = [
-    "is_set_path",
-    "open_store_set",
-    "read_set_report",
-    "restricted_for_load",
-    "set_format",
-    "wanted_names",
-]
-
-
-def is_set_path(filename: str, storage_options: Mapping[str, Any] | None = None) -> bool:
-    """Whether a store reads `filename` as a set: a directory or an index file name (a
-    torch.distributed.checkpoint directory's index included). A URL is a folder when its
-    prefix holds objects (one listing)."""
-    from weightstore.sets._discover import is_index_name
-
-    if is_url(filename):
-        return is_index_name(filename) or bool(_remote_names(filename, storage_options))
-    return os.path.isdir(filename) or is_index_name(filename) or _is_dcp(filename)
-
-
-def _remote_names(url: str, storage_options: Mapping[str, Any] | None) -> list[str]:
-    """The objects in the folder `url`; an object at `url` itself (which S3 lists when asked
-    for its name as a folder) is no content."""
-    from weightstore.io._remote_write import list_names
-
-    folder = url.rstrip("/")
-    own = folder.rsplit("/", 1)[-1]
-    return [name for name in list_names(folder, storage_options) or [] if name != own]
-
-
-def _is_dcp(filename: str) -> bool:
-    """Whether `filename` is a torch.distributed.checkpoint directory or its index, which a
-    store reads whole tensors from (`weightstore.dcp._reader`); never at a URL."""
-    from weightstore.dcp._names import is_dcp_checkpoint
-
-    if is_url(filename):
-        return False
-
-    return is_dcp_checkpoint(filename)
-
-
-def open_store_set(
-    fmt: ContainerFormat, filename: str, options: StoreOptions, reader_options: dict[str, Any]
-) -> SetReader | None:
-    """The reader over the whole set at `filename` for a store of `fmt` with `options`, or
-    None when `filename` is no set path."""
-    if not is_set_path(filename, reader_options.get("storage_options")):
-        return None
-    if _is_dcp(filename):
-        from weightstore.dcp._reader import open_dcp
-
-        return open_dcp(filename, fmt.name)  # type: ignore[return-value]  # the same protocol
-    from weightstore.sets._reader import open_set
-
-    return open_set(filename, fmt.name, variant=_variant(options), **reader_options)
+__all__ = ["read_set_report", "restricted_for_load", "wanted_names"]
 
 
 def restricted_for_load(
@@ -106,11 +47,15 @@ def read_set_report(
 ) -> SetReport | None:
     """The whole set's `SetReport` (every shard's header read), or None for no set path (a
     torch.distributed.checkpoint directory has none: its index is checked as it opens)."""
-    if not is_set_path(filename, reader_options.get("storage_options")) or _is_dcp(filename):
+    from weightstore.locate import Kind, _locate
+
+    storage = reader_options.get("storage_options")
+    location, _ = _locate(filename, storage, options.variant, keep=False, known=fmt)
+    if location.kind is not Kind.SET:
         return None
     from weightstore.sets._reader import open_set
 
-    with open_set(filename, fmt.name, variant=_variant(options), **reader_options) as reader:
+    with open_set(filename, fmt.name, variant=options.variant, **reader_options) as reader:
         return reader.report()
 
 
@@ -133,61 +78,3 @@ def wanted_names(options: StoreOptions, listed: Sequence[str], path: str) -> lis
         return [name for name in listed if kept.matches(name)]
     renamed = remapper.remap_names(list(listed), path=path)  # new name -> file name
     return [old for new, old in renamed.items() if kept.matches(new)]
-
-
-def set_format(
-    filename: str, storage_options: Mapping[str, Any] | None = None
-) -> ContainerFormat | None:
-    """The format of the set at `filename` (an existing directory or index, or the format an
-    index name's extension names for one not written yet); None when `filename` is no set
-    path, or a directory holding no set (a save target).
-
-    Raises:
-        SetError: the directory's set cannot be read as one (several variants, a bad index).
-    """
-    from weightstore.sets._discover import INDEX_NAME, formats_in
-    from weightstore.sets._reader import set_format_of
-
-    if is_url(filename):
-        return _remote_set_format(filename, storage_options)
-    if not os.path.exists(filename):
-        match = INDEX_NAME.fullmatch(os.path.basename(filename))
-        if match is None:
-            return None
-        from weightstore.formats import format_for_name
-
-        return format_for_name(f"index.{match['ext']}")
-    if _is_dcp(filename):
-        from weightstore.dcp._index import read_dcp_index
-        from weightstore.dcp._reader import container_format
-
-        return container_format(read_dcp_index(filename))
-    if not is_set_path(filename) or (os.path.isdir(filename) and not formats_in(filename)):
-        return None
-    return set_format_of(filename)
-
-
-def _remote_set_format(
-    url: str, storage_options: Mapping[str, Any] | None
-) -> ContainerFormat | None:
-    """`set_format` for a URL: an index's (read), a folder's (listed), or for an index not
-    written yet the format its name names; None for anything else."""
-    from weightstore.errors import FileMissingError
-    from weightstore.sets._discover import INDEX_NAME, formats_in
-    from weightstore.sets._reader import set_format_of
-
-    match = INDEX_NAME.fullmatch(url.rsplit("/", 1)[-1])
-    if match is not None:
-        try:
-            return set_format_of(url, storage_options)
-        except FileMissingError:
-            from weightstore.formats import format_for_name
-
-            return format_for_name(f"index.{match['ext']}")
-    if not formats_in(url.rstrip("/"), storage_options):
-        return None
-    return set_format_of(url, storage_options)
-
-
-def _variant(options: StoreOptions) -> str | None:
-    return options.variant

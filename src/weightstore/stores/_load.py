@@ -1,0 +1,94 @@
+"""A store's load pipeline: snapshots into a model, judged by the store's rules, and the
+failure raised with the fix that names the store's builders.
+
+The store hands this module its options, its path and callables over its own reader, never
+itself, so the pipeline sits below the store class (`_base`) and imports nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from weightstore.base._gc import collector_paused
+from weightstore.container._format import ContainerFormat
+from weightstore.errors import WeightstoreError
+from weightstore.io import is_url
+from weightstore.stores._options import StoreOptions
+
+if TYPE_CHECKING:
+    from weightstore.report import ApplyResult
+    from weightstore.snapshot import TensorSnapshot
+    from weightstore.transfer._apply import IndexMapper
+
+__all__ = ["apply_snapshots", "checked_top_level_key"]
+
+
+def checked_top_level_key(
+    result: ApplyResult,
+    fmt: ContainerFormat,
+    options: StoreOptions,
+    opens_under: Callable[[str], bool],
+) -> str | None:
+    """The top-level key `result`'s prefix change points at, if the store can read a
+    checkpoint under one and the file opens under that key (``opens_under(key)``); else
+    None."""
+    change = result.prefix_change()
+    key = None if change is None else change.top_level_key
+    options_ok = "top_level_key" in fmt.store_options
+    if key is None or not options_ok or options.top_level_key is not None:
+        return None
+    try:
+        return key if opens_under(key) else None
+    except WeightstoreError:  # not a key of the top-level dict: the remapping is the fix
+        return None
+
+
+def apply_snapshots(
+    model: object,
+    snapshots: Sequence[TensorSnapshot],
+    device: Any,
+    *,
+    fmt: ContainerFormat,
+    options: StoreOptions,
+    path: str | None,
+    map_indices: IndexMapper | None,
+    opens_under: Callable[[str], bool],
+    unused: Sequence[str] = (),
+) -> ApplyResult:
+    """Load `snapshots` into `model` with the store's `options`; `path` is the source file
+    (None for memory). `unused` names source tensors left out before the load, reported as
+    unused.
+
+    Raises:
+        LoadFailedError: as `Store.apply_to` says.
+    """
+    from weightstore.transfer._apply import apply
+    from weightstore.transfer._plan import LoadRules
+
+    if path is not None and is_url(path):  # fetch what the load reads in large batches
+        from weightstore.stores._remote_plan import plan_reads_for_load
+
+        plan_reads_for_load(snapshots, options, path)
+    rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
+    with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
+        result = apply(
+            model,
+            snapshots,
+            options.active_filter(),
+            options.from_adapter,
+            device=device,
+            map_indices=map_indices,
+            skip_enum_variants=options.skip_enum_variants,
+            source_path=path,
+            rules=rules,
+        )
+        if unused:
+            result.unused = sorted([*result.unused, *unused])
+        result.top_level_key = checked_top_level_key(result, fmt, options, opens_under)
+    failure = result.refused or rules.failure(result)
+    if failure is None:
+        return result
+    from weightstore.stores._load_failure import LoadFailedError, store_fix  # failures only
+
+    raise LoadFailedError(result, failure, store_fix(result, failure), path=path)
