@@ -102,8 +102,6 @@ class KeyRemapper(ValueRecord):
         rules: the rules in the order they run.
     """
 
-    __slots__ = _FIELDS = ("rules",)
-
     rules: tuple[RemapRule, ...]
 
     def __init__(self, rules: tuple[RemapRule, ...] = ()) -> None:

@@ -58,8 +58,6 @@ class SetLayout(ValueRecord):
         extension: the shards' and single file's extension, without the dot.
     """
 
-    __slots__ = _FIELDS = ("format_name", "stem", "extension")
-
     format_name: str
     stem: str
     extension: str
@@ -91,8 +89,6 @@ class SetLayout(ValueRecord):
 
 class ShardName(ValueRecord):
     """What a shard file's name says (`parse_shard_name`)."""
-
-    __slots__ = _FIELDS = ("stem", "variant", "number", "count", "tag", "extension")
 
     stem: str
     variant: str | None
