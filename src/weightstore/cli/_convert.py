@@ -178,7 +178,7 @@ def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSn
         array: np.ndarray[Any, Any] = reader.get(name)
         return array
 
-    return [dataclasses.replace(s, load=functools.partial(load, s.full_path)) for s in snapshots]
+    return [s.replace(load=functools.partial(load, s.full_path)) for s in snapshots]
 
 
 def _write(
@@ -299,7 +299,7 @@ def _owned(
     with about("--module-type"):
         rules = [TypeRule(PathFilter().with_regex(p), t) for p, t in args.module_type or ()]
     owned = assign_owners(snapshots, owners, rules, adapter, _flags(args))
-    return [s if s.container else dataclasses.replace(s, container=_UNKNOWN_OWNER) for s in owned]
+    return [s if s.container else s.replace(container=_UNKNOWN_OWNER) for s in owned]
 
 
 def _carried_metadata(store: Store) -> dict[str, str]:
@@ -350,4 +350,4 @@ def _counted(snapshot: TensorSnapshot, progress: Progress) -> TensorSnapshot:
         progress.advance(snapshot.nbytes)
         return array
 
-    return dataclasses.replace(snapshot, load=counted)
+    return snapshot.replace(load=counted)

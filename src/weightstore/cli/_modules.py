@@ -24,7 +24,6 @@ probe tensor as each candidate and compares. When it matters, `convert` stops an
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,7 +147,7 @@ def assign_owners(
             unclear.append((name, owner))
         if owner.misfit is not None and not chosen:
             misfits.append((name, owner))
-        assigned.append(dataclasses.replace(snapshot, container=candidates[:1]))
+        assigned.append(snapshot.replace(container=candidates[:1]))
     if misfits:
         raise InvalidOptionError(_misfit_message(misfits, flags), option="module_type")
     if unclear:
