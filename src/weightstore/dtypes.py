@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import DTypeError
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ if not TYPE_CHECKING:
     ml_dtypes = import_on_first_use("ml_dtypes", globals(), "ml_dtypes")
 
 
-@dataclass(frozen=True, slots=True)
-class DType:
+class DType(ValueRecord):
     """One logical element type.
 
     Attributes:
@@ -108,7 +107,7 @@ class DType:
                     f"{type(self).__name__!r} object has no attribute {attribute!r}"
                 )
             resolved = _numpy_dtype(self.numpy_spec)
-            object.__setattr__(self, "numpy", resolved)
+            self._set("numpy", resolved)
             return resolved
 
     @property
