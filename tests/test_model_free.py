@@ -358,7 +358,7 @@ class Tracker:
 
     def counted(self, snapshot: TensorSnapshot) -> TensorSnapshot:
         load = snapshot.load
-        return dataclasses.replace(snapshot, load=lambda: self.produced(load()))
+        return snapshot.replace(load=lambda: self.produced(load()))
 
 
 class CountingReader:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._lazy import import_on_first_use
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import DTypeError
 
 if TYPE_CHECKING:
@@ -45,8 +45,7 @@ if not TYPE_CHECKING:
     ml_dtypes = import_on_first_use("ml_dtypes", globals(), "ml_dtypes")
 
 
-@dataclass(frozen=True, slots=True)
-class DType:
+class DType(ValueRecord):
     """One logical element type.
 
     Attributes:
@@ -80,7 +79,7 @@ class DType:
                     f"{type(self).__name__!r} object has no attribute {attribute!r}"
                 )
             resolved = _numpy_dtype(self.numpy_spec)
-            object.__setattr__(self, "numpy", resolved)
+            self._set("numpy", resolved)
             return resolved
 
     @property

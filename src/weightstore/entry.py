@@ -10,11 +10,11 @@ largest tensor instead of the model.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import numpy as np
 
+from weightstore.base._record import ValueRecord, field
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import EntryError
 
@@ -41,8 +41,7 @@ def as_byte_view(data: Buffer) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-@dataclass(frozen=True, slots=True)
-class TensorEntry:
+class TensorEntry(ValueRecord):
     """One tensor for a writer.
 
     Attributes:
@@ -90,7 +89,7 @@ class TensorEntry:
         if self.nbytes < 0:
             if self.dtype.kind == "q":
                 raise EntryError("a quantized entry must declare nbytes", tensor=self.name)
-            object.__setattr__(self, "nbytes", self.dtype.nbytes(self.shape))
+            self._set("nbytes", self.dtype.nbytes(self.shape))
 
     @classmethod
     def from_array(
@@ -102,7 +101,7 @@ class TensorEntry:
         Raises:
             DTypeError: NumPy's dtype has no row in the table (object, string, ...).
         """
-        return cls(name, from_numpy(array.dtype), tuple(array.shape), array, param_id)
+        return cls(name, from_numpy(array.dtype), tuple(array.shape), array, param_id, -1, None)
 
     def read(self) -> memoryview:
         """The entry's bytes, produced now, checked against the declared length."""

@@ -62,27 +62,13 @@ class Location(ValueRecord):
         size: the probed file's size in bytes; 0 when no file was probed.
     """
 
-    __slots__ = _FIELDS = ("path", "kind", "format", "is_url", "index", "head", "size")
-
     path: str
     kind: Kind
     format: ContainerFormat | None
     is_url: bool
-    index: str | None
-    head: bytes
-    size: int
-
-    def __init__(
-        self,
-        path: str,
-        kind: Kind,
-        format: ContainerFormat | None,
-        is_url: bool,
-        index: str | None = None,
-        head: bytes = b"",
-        size: int = 0,
-    ) -> None:
-        super().__init__(path, kind, format, is_url, index, head, size)
+    index: str | None = None
+    head: bytes = b""
+    size: int = 0
 
     @property
     def exists(self) -> bool:

@@ -17,16 +17,15 @@ asked with `ModuleRecord.overwrite`, as every weightstore save does.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from weightstore.adapters import Adapter
+from weightstore.base._record import ValueRecord
 from weightstore.burnpack import BurnpackReader, BurnpackWriter
 from weightstore.entry import TensorEntry
 from weightstore.errors import LoadFailedError
@@ -39,8 +38,7 @@ from weightstore.transfer._plan import LoadRules
 __all__ = ["ModuleRecord", "into_record", "load_record", "try_load_record"]
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleRecord:
+class ModuleRecord(ValueRecord):
     """A model's tensors, by path, with parameter ids, and how strictly to load them.
 
     Attributes:
@@ -107,7 +105,7 @@ class ModuleRecord:
             OSError: the file cannot be opened.
         """
         reader = BurnpackReader.from_file(path)
-        return dataclasses.replace(cls._from_reader(reader), source=reader.path)
+        return cls._from_reader(reader).replace(source=reader.path)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> ModuleRecord:
@@ -141,17 +139,17 @@ class ModuleRecord:
     def allow_partial(self, allow: bool = True) -> ModuleRecord:
         """A copy whose loads leave model tensors the record lacks as they are, instead of
         failing; they are still listed in the result's ``missing``."""
-        return dataclasses.replace(self, partial=allow)
+        return self.replace(partial=allow)
 
     def allow_unused(self, allow: bool = True) -> ModuleRecord:
         """A copy whose loads ignore record tensors the model does not have, instead of
         failing; they are still listed in the result's ``unused``."""
-        return dataclasses.replace(self, unused=allow)
+        return self.replace(unused=allow)
 
     def strict_shapes(self, strict: bool = True) -> ModuleRecord:
         """A copy whose loads fail (``strict``, the default) or only report (``False``) when a
         tensor is found but cannot be loaded: wrong shape, lossy dtype, unreadable data."""
-        return dataclasses.replace(self, check_shapes=strict)
+        return self.replace(check_shapes=strict)
 
     def validate(self, validate: bool = True) -> ModuleRecord:
         """Alias of `strict_shapes` under Burn's name for the setting (``validate``), so code
@@ -162,13 +160,13 @@ class ModuleRecord:
         """A copy whose `save` replaces an existing file (atomically) instead of raising
         `DestinationExistsError`. Burn's record save always replaces; ours asks, as every
         weightstore save does (a store's ``.overwrite()``)."""
-        return dataclasses.replace(self, overwrite_file=overwrite)
+        return self.replace(overwrite_file=overwrite)
 
     def with_dtype_policy(self, policy: DTypePolicy) -> ModuleRecord:
         """A copy that loads with `policy`: ``"from_record"`` (the model takes the record's
         dtype), ``"cast"`` (converted to the model's dtype) or ``"exact"`` (converted only
         without loss, else reported as a dtype mismatch)."""
-        return dataclasses.replace(self, dtype_policy=policy)
+        return self.replace(dtype_policy=policy)
 
     def cast_to_module_dtype(self) -> ModuleRecord:
         """Convert tensors to the model's dtypes on load, even when that loses precision."""

@@ -8,15 +8,14 @@ store can hand out thousands of snapshots for the price of its header.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from weightstore.base._record import ValueRecord, field
 from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import SnapshotLoadError, WeightstoreError
@@ -48,8 +47,7 @@ def part_reader(snapshot: TensorSnapshot) -> Callable[[Any], np.ndarray[Any, Any
     return load.read_part if type(load) is ReaderLoad else None
 
 
-@dataclass(frozen=True, slots=True)
-class TensorSnapshot:
+class TensorSnapshot(ValueRecord):
     """One tensor, described now and read later.
 
     Attributes:
@@ -111,7 +109,10 @@ class TensorSnapshot:
 
     def with_name(self, name: str) -> TensorSnapshot:
         """The same tensor under another dotted name."""
-        return dataclasses.replace(self, path=tuple(name.split(".")))
+        # Not `replace`: renaming runs once per tensor on every remapped load.
+        return type(self)(
+            tuple(name.split(".")), self.dtype, self.shape, self.load, self.container, self.param_id
+        )
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """Produce the data, checked against the declared shape.

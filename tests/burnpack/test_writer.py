@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -109,7 +108,7 @@ def test_hypothesis_tensor_sets_round_trip(arrays: dict[str, Any], use_providers
     for name, array in arrays.items():
         entry = TensorEntry.from_array(name, array)
         if use_providers:
-            entry = dataclasses.replace(entry, data=lambda array=array: array)
+            entry = entry.replace(data=lambda array=array: array)
         entries.append(entry)
     written = burnpack.write_bytes(entries)
     assert len(written) == BurnpackWriter(entries).size

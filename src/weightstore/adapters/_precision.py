@@ -9,7 +9,6 @@ from-adapter of the load, into an F32 model, a ``.half()`` one, or one that mixe
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -43,7 +42,7 @@ def _cast(snapshot: TensorSnapshot, target: DType) -> TensorSnapshot:
     def cast() -> np.ndarray[Any, Any]:
         return load().astype(numpy_dtype)
 
-    return dataclasses.replace(snapshot, dtype=target, load=cast)
+    return snapshot.replace(dtype=target, load=cast)
 
 
 class HalfPrecisionAdapter(Adapter):

@@ -11,7 +11,6 @@ from-adapter, save for Burn with ``PyTorchToBurnAdapter`` as the to-adapter.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,7 +33,7 @@ def _transposed(snapshot: TensorSnapshot) -> TensorSnapshot:
         return np.ascontiguousarray(load().T)
 
     rows, cols = snapshot.shape
-    return dataclasses.replace(snapshot, shape=(cols, rows), load=transpose)
+    return snapshot.replace(shape=(cols, rows), load=transpose)
 
 
 class _PyTorchBurnAdapter(Adapter):
@@ -54,7 +53,7 @@ class _PyTorchBurnAdapter(Adapter):
         if module_type == "Linear" and last == "weight" and len(snapshot.shape) == 2:
             return _transposed(snapshot)
         if module_type in NORMALIZATION_TYPES and last in self.renames:
-            return dataclasses.replace(snapshot, path=(*snapshot.path[:-1], self.renames[last]))
+            return snapshot.replace(path=(*snapshot.path[:-1], self.renames[last]))
         return snapshot
 
     def alternative_name(self, name: str, module_type: str | None) -> str | None:

@@ -28,7 +28,6 @@ Flax reports it unused, a save for Flax filters it out (docs/adapters.md, as for
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
@@ -114,7 +113,7 @@ def _permuted(snapshot: TensorSnapshot, axes: tuple[int, ...]) -> TensorSnapshot
         return np.ascontiguousarray(load().transpose(axes))
 
     shape = tuple(snapshot.shape[axis] for axis in axes)
-    return dataclasses.replace(snapshot, shape=shape, load=permute)
+    return snapshot.replace(shape=shape, load=permute)
 
 
 class _FlaxAdapter(Adapter):
@@ -137,7 +136,7 @@ class _FlaxAdapter(Adapter):
             renamed = source[last]
             flax_name = renamed if self.to_flax else last
             snapshot = _relaid(snapshot, kind, flax_name, self.side, self.to_flax)
-            return dataclasses.replace(snapshot, path=(*snapshot.path[:-1], renamed))
+            return snapshot.replace(path=(*snapshot.path[:-1], renamed))
         if last in target:  # already named as the target names it (a load): lay out only
             flax_name = last if self.to_flax else target[last]
             return _relaid(snapshot, kind, flax_name, self.side, self.to_flax)

@@ -6,7 +6,6 @@ registry lists this format.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +52,7 @@ def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -
 
     with_ids = [
         entry if entry.param_id is not None
-        else dataclasses.replace(entry, param_id=secrets.randbits(64))
+        else entry.replace(param_id=secrets.randbits(64))
         for entry in entries
     ]  # fmt: skip
     return BurnpackWriter(with_ids, metadata)

@@ -28,10 +28,10 @@ import math
 import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._lazy import import_on_first_use
+from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
 
 # Defined beside the registry record, which needs them without this module; re-exported here.
@@ -84,8 +84,7 @@ def align_up(offset: int) -> int:
     return -(-offset // TENSOR_ALIGNMENT) * TENSOR_ALIGNMENT
 
 
-@dataclass(frozen=True, slots=True)
-class Scalar:
+class Scalar(ValueRecord):
     """A typed scalar stored beside the tensors (burnpack ``scalars`` map).
 
     The kind is kept so a file rewrites to the same bytes: ``UInt(5)`` and ``Int(5)`` differ on
@@ -123,8 +122,7 @@ class Scalar:
         raise TypeError(f"a burnpack scalar is a bool, int or float, not {type(value).__name__}")
 
 
-@dataclass(frozen=True, slots=True)
-class TensorDescriptor:
+class TensorDescriptor(ValueRecord):
     """One tensor's entry in the metadata: where its bytes are and how to read them."""
 
     name: str

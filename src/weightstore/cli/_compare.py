@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
+
+from weightstore.base._record import ValueRecord
 
 __all__ = ["CHUNK_NUMEL", "Difference", "compare_arrays", "compare_bytes"]
 
 CHUNK_NUMEL: Final = 1 << 20  # elements compared at once: 8 MiB per float64 temporary
 
 
-@dataclass(frozen=True, slots=True)
-class Difference:
+class Difference(ValueRecord):
     """How two tensors of one dtype and shape differ.
 
     Attributes:

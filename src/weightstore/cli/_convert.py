@@ -167,7 +167,7 @@ def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSn
         array: np.ndarray[Any, Any] = reader.get(name)
         return array
 
-    return [dataclasses.replace(s, load=functools.partial(load, s.full_path)) for s in snapshots]
+    return [s.replace(load=functools.partial(load, s.full_path)) for s in snapshots]
 
 
 def _write(
@@ -334,4 +334,4 @@ def _counted(snapshot: TensorSnapshot, progress: Progress) -> TensorSnapshot:
         progress.advance(snapshot.nbytes)
         return array
 
-    return dataclasses.replace(snapshot, load=counted)
+    return snapshot.replace(load=counted)

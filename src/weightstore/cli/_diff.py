@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from weightstore.base._record import ValueRecord
 from weightstore.cli._compare import Difference, compare_arrays, compare_bytes
 from weightstore.cli._errors import EXIT_DIFFERENT, EXIT_OK, about
 from weightstore.cli._open import honours_top_level_key, open_file, storage_options_of
@@ -27,8 +28,7 @@ from weightstore.errors import DTypeError, InvalidOptionError
 __all__ = ["DiffReport", "Side", "add_parser", "compare_files", "run"]
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
+class Side(ValueRecord):
     """One of the two files: its path, format and tensor count."""
 
     path: str

@@ -10,7 +10,6 @@ differently; name it with --module-type ...``), and gives every tensor a type (B
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -42,12 +41,12 @@ def typed_for_command(
     """
     with about("--module-type"):
         rules = [ModuleTypeRule.from_regex(regex, kind) for regex, kind in module_types]
-    untyped = [dataclasses.replace(snapshot, container=()) for snapshot in snapshots]
+    untyped = [snapshot.replace(container=()) for snapshot in snapshots]
     try:
         owned = assign_module_types(untyped, adapter, rules)
     except ModuleTypeNeededError as refused:
         raise _worded(refused, flags) from None
-    return [s if s.container else dataclasses.replace(s, container=_UNKNOWN_OWNER) for s in owned]
+    return [s if s.container else s.replace(container=_UNKNOWN_OWNER) for s in owned]
 
 
 def _worded(refused: ModuleTypeNeededError, flags: str) -> ModuleTypeNeededError:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._record import ValueRecord
 from weightstore.cli._text import MAX_TEXT_LEN, json_number, shortened
 from weightstore.dtypes import import_on_first_use
 from weightstore.pytorch_reader import (
@@ -75,8 +75,7 @@ _MAX_JSON_TEXT: Final = 5 * MAX_TEXT_LEN  # characters of one string
 _MAX_EXACT_INT_BITS: Final = 64  # larger ints are shown in hex: str() of a huge int is refused
 
 
-@dataclass(frozen=True, slots=True)
-class SuspiciousGlobal:
+class SuspiciousGlobal(ValueRecord):
     """A global the pickle names that ``torch.load`` would import and maybe call.
 
     Attributes:
@@ -95,8 +94,7 @@ class SuspiciousGlobal:
         return f"{self.module}.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Scan:
+class Scan(ValueRecord):
     """The result of `scan_globals`.
 
     Attributes:

@@ -15,7 +15,6 @@ the index, as transformers names them. A shard may carry a tag after its numbers
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Final
 
 from weightstore.base._record import ValueRecord
@@ -42,20 +41,10 @@ class SetLayout(ValueRecord):
             Unique across the registry.
     """
 
-    __slots__ = _FIELDS = ("format_name", "stem", "extension", "search_rank")
-
     format_name: str
     stem: str
     extension: str
     search_rank: int
-
-    def __init__(self, format_name: str, stem: str, extension: str, search_rank: int) -> None:
-        super().__init__(format_name, stem, extension, search_rank)
-
-    def __reduce__(self) -> tuple[Callable[..., SetLayout], tuple[object, ...]]:
-        """Pickle as its fields (records refuse the attribute assignment unpickling does), so
-        a set plan holding one travels to other processes as is."""
-        return (SetLayout, self._values())
 
     def single_name(self, variant: str | None = None) -> str:
         """The unsharded file: ``model.safetensors``, ``model.fp16.safetensors``."""

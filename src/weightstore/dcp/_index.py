@@ -120,8 +120,6 @@ class DcpChunk(ValueRecord):
         sizes: its shape.
     """
 
-    __slots__ = _FIELDS = ("file", "name", "offsets", "sizes")
-
     file: str
     name: str
     offsets: tuple[int, ...]
@@ -142,8 +140,6 @@ class DcpChunk(ValueRecord):
 
 class DcpTensor(ValueRecord):
     """A tensor of the checkpoint: its global dtype and shape and the chunks that tile it."""
-
-    __slots__ = _FIELDS = ("dtype", "shape", "chunks")
 
     dtype: DType
     shape: tuple[int, ...]
@@ -171,10 +167,6 @@ class DcpIndex(Record):
             recorded none.
         planner_data: other planner data, as a plain value, or None.
     """
-
-    __slots__ = _FIELDS = (
-        "path", "set_id", "metadata", "tensors", "values", "paths", "planner_data",
-    )  # fmt: skip
 
     path: str
     set_id: str

@@ -58,8 +58,6 @@ _LAYOUT_KEYS: Final = frozenset({FORMAT_KEY, CONTAINER_KEY, SET_ID_KEY})  # `met
 class TensorInfo(ValueRecord):
     """What `DcpReader.descriptor` says of a whole tensor."""
 
-    __slots__ = _FIELDS = ("dtype", "shape", "param_id")
-
     dtype: DType
     shape: tuple[int, ...]
     param_id: int | None
@@ -219,8 +217,6 @@ def open_dcp(
 
 class _Opened(Record):
     """What an opened checkpoint knows before any rank file is opened."""
-
-    __slots__ = _FIELDS = ("index", "paths", "fmt", "mode")
 
     index: DcpIndex
     paths: dict[str, str]

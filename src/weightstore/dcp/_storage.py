@@ -60,6 +60,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from weightstore.base._record import ValueRecord
 from weightstore.bridge._torch import array_to_torch, torch_to_array
 from weightstore.dcp._commit import (
     commit_index,
@@ -103,8 +104,7 @@ _OPAQUE_REFUSED: Final = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class _RankPlan:
+class _RankPlan(ValueRecord):
     """A rank's part of the save, from the coordinator: the set id and its file (None: it
     writes no tensors)."""
 
@@ -112,16 +112,14 @@ class _RankPlan:
     file: str | None
 
 
-@dataclasses.dataclass(frozen=True)
-class _StoredChunk:
+class _StoredChunk(ValueRecord):
     """Where a rank put one chunk (a `WriteResult`'s storage data)."""
 
     file: str
     name: str
 
 
-@dataclasses.dataclass(frozen=True)
-class _StoredValue:
+class _StoredValue(ValueRecord):
     """A non-tensor value a rank decoded (a `WriteResult`'s storage data)."""
 
     value: object

@@ -74,8 +74,6 @@ class OpaqueValue(ValueRecord):
         data: the ``torch.save`` bytes.
     """
 
-    __slots__ = _FIELDS = ("data",)
-
     data: bytes
 
     def __init__(self, data: bytes) -> None:

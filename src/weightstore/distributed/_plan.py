@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from weightstore.base._record import ValueRecord
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import InvalidOptionError
 from weightstore.paths import compile_pattern
 
@@ -39,11 +39,8 @@ class ShardPlan(ValueRecord):
         (0, None)
     """
 
-    __slots__ = ("_compiled", "rules")
-    _FIELDS = ("rules",)
-
     rules: tuple[tuple[str, int], ...]
-    _compiled: tuple[tuple[re.Pattern[str], int], ...]
+    _compiled: tuple[tuple[re.Pattern[str], int], ...] = field(init=False)
 
     def __init__(self, rules: Mapping[str, int] | tuple[tuple[str, int], ...] = ()) -> None:
         """Raises `InvalidOptionError` for a pattern that does not compile or a dim that is

@@ -19,7 +19,6 @@ Four things, each small:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Final, cast
 
@@ -188,7 +187,7 @@ class GatheringSource(TorchBridge):
         """`TorchBridge.snapshots`, DTensors gathered on read."""
         state = self._state
         return [
-            dataclasses.replace(s, load=functools.partial(_gathered, state[s.full_path]))
+            s.replace(load=functools.partial(_gathered, state[s.full_path]))
             if isinstance(state[s.full_path], DTensor)
             else s
             for s in super().snapshots()

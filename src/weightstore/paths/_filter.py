@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
-from weightstore.base._record import ValueRecord
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import InvalidOptionError
 from weightstore.paths._regex import compile_pattern
 
@@ -58,28 +58,15 @@ class PathFilter(ValueRecord):
         accept_all: set by `match_all()`; matches every path whatever else is set.
     """
 
-    _FIELDS = ("regexes", "full_paths", "predicates", "accept_all")
-    __slots__ = (*_FIELDS, "_full_path_set")
+    regexes: tuple[re.Pattern[str], ...] = ()
+    full_paths: tuple[str, ...] = ()
+    predicates: tuple[PathPredicate, ...] = ()
+    accept_all: bool = False
+    _full_path_set: frozenset[str] = field(init=False)
 
-    regexes: tuple[re.Pattern[str], ...]
-    full_paths: tuple[str, ...]
-    predicates: tuple[PathPredicate, ...]
-    accept_all: bool
-    _full_path_set: frozenset[str]
-
-    def __init__(
-        self,
-        regexes: tuple[re.Pattern[str], ...] = (),
-        full_paths: tuple[str, ...] = (),
-        predicates: tuple[PathPredicate, ...] = (),
-        accept_all: bool = False,
-    ) -> None:
-        self._set("regexes", regexes)
-        self._set("full_paths", full_paths)
-        self._set("predicates", predicates)
-        self._set("accept_all", accept_all)
+    def __post_init__(self) -> None:
         # A set beside the ordered tuple: a load may test thousands of paths against it.
-        self._set("_full_path_set", frozenset(full_paths))
+        self._set("_full_path_set", frozenset(self.full_paths))
 
     def with_regex(self, pattern: str) -> PathFilter:
         """Also match paths in which `pattern` is found (unanchored; use ``^``/``$`` to anchor).

@@ -154,8 +154,6 @@ class GroupRef(ValueRecord):
     A `ValueRecord`, not a dataclass: this module loads with every store, and generating a
     dataclass costs more at import than the whole class does in use."""
 
-    __slots__ = _FIELDS = ("key",)
-
     key: int | str
 
     def __init__(self, key: int | str) -> None:

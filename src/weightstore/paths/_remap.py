@@ -18,16 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from weightstore.base._record import ValueRecord
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import InvalidOptionError, RemapCollisionError
 from weightstore.paths._regex import Replacement, compile_pattern, parse_replacement, replace_all
 
 
-class RemapRule:
+class RemapRule(ValueRecord):
     """One compiled rule; built by `KeyRemapper.with_rule`, which validates both halves.
 
-    Immutable by convention; equal when pattern and replacement are (the compiled halves
-    follow from them). A plain class, not a dataclass: this module loads with every store.
+    Equal when pattern and replacement are (the compiled halves follow from them).
 
     Attributes:
         pattern: the pattern as the user wrote it.
@@ -36,35 +35,10 @@ class RemapRule:
         parts: `replacement` parsed into literal text and checked group references.
     """
 
-    __slots__ = ("parts", "pattern", "regex", "replacement")
-
     pattern: str
     replacement: str
-    regex: re.Pattern[str]
-    parts: Replacement
-
-    def __init__(
-        self, pattern: str, replacement: str, regex: re.Pattern[str], parts: Replacement
-    ) -> None:
-        set_field = object.__setattr__  # frozen: `__setattr__` refuses every later change
-        set_field(self, "pattern", pattern)
-        set_field(self, "replacement", replacement)
-        set_field(self, "regex", regex)
-        set_field(self, "parts", parts)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"RemapRule is immutable; cannot set {name!r}")
-
-    def __repr__(self) -> str:
-        return f"RemapRule(pattern={self.pattern!r}, replacement={self.replacement!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not RemapRule:
-            return NotImplemented
-        return (self.pattern, self.replacement) == (other.pattern, other.replacement)
-
-    def __hash__(self) -> int:
-        return hash((self.pattern, self.replacement))
+    regex: re.Pattern[str] = field(repr=False, compare=False)
+    parts: Replacement = field(repr=False, compare=False)
 
     @classmethod
     def compile(cls, pattern: str, replacement: str) -> RemapRule:
@@ -101,8 +75,6 @@ class KeyRemapper(ValueRecord):
     Attributes:
         rules: the rules in the order they run.
     """
-
-    __slots__ = _FIELDS = ("rules",)
 
     rules: tuple[RemapRule, ...]
 

@@ -70,8 +70,6 @@ _MULTIARRAY: Final = "numpy.core.multiarray"
 class StandIn(ValueRecord):
     """A global we know: calling it runs `call`; NEWOBJ runs `new` (else records the call)."""
 
-    _FIELDS = ("module", "name", "call", "new")
-    __slots__ = _FIELDS
     module: str
     name: str
     call: StandInFn

@@ -164,59 +164,22 @@ class Limits(ValueRecord):
         InvalidOptionError: a field that is not a positive integer; raised at construction.
     """
 
-    __slots__ = _FIELDS = LIMIT_NAMES = (
-        "max_pickle_size",
-        "max_memo_size",
-        "max_stack_size",
-        "max_container_size",
-        "max_depth",
-        "max_nodes",
-        "max_storage_count",
-        "max_inflated_size",
-        "max_names_size",
-        "max_expanded_size",
-    )
+    max_pickle_size: int = MAX_PICKLE_SIZE
+    max_memo_size: int = MAX_MEMO_SIZE
+    max_stack_size: int = MAX_STACK_SIZE
+    max_container_size: int = MAX_CONTAINER_SIZE
+    max_depth: int = MAX_DEPTH
+    max_nodes: int = MAX_NODES
+    max_storage_count: int = MAX_STORAGE_COUNT
+    max_inflated_size: int = MAX_INFLATED_SIZE
+    max_names_size: int = MAX_NAMES_SIZE
+    max_expanded_size: int = MAX_EXPANDED_SIZE
 
-    max_pickle_size: int
-    max_memo_size: int
-    max_stack_size: int
-    max_container_size: int
-    max_depth: int
-    max_nodes: int
-    max_storage_count: int
-    max_inflated_size: int
-    max_names_size: int
-    max_expanded_size: int
-
-    def __init__(
-        self,
-        max_pickle_size: int = MAX_PICKLE_SIZE,
-        max_memo_size: int = MAX_MEMO_SIZE,
-        max_stack_size: int = MAX_STACK_SIZE,
-        max_container_size: int = MAX_CONTAINER_SIZE,
-        max_depth: int = MAX_DEPTH,
-        max_nodes: int = MAX_NODES,
-        max_storage_count: int = MAX_STORAGE_COUNT,
-        max_inflated_size: int = MAX_INFLATED_SIZE,
-        max_names_size: int = MAX_NAMES_SIZE,
-        max_expanded_size: int = MAX_EXPANDED_SIZE,
-    ) -> None:
-        values = (
-            max_pickle_size,
-            max_memo_size,
-            max_stack_size,
-            max_container_size,
-            max_depth,
-            max_nodes,
-            max_storage_count,
-            max_inflated_size,
-            max_names_size,
-            max_expanded_size,
-        )
-        for name, value in zip(Limits.LIMIT_NAMES, values, strict=True):
+    def __post_init__(self) -> None:
+        for name in self._FIELDS:
+            value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise InvalidOptionError(f"{name} must be a positive int, not {value!r}")
-            self._set(name, value)
 
 
 DEFAULT_LIMITS: Final = Limits()

@@ -22,11 +22,6 @@ Layout = Literal["zip", "legacy", "tar", "pickle", "torchscript"]
 class ArchiveInfo(ValueRecord):
     """What the layout records about the file (see `PytorchMetadata` for the fields)."""
 
-    _FIELDS = (
-        "layout", "byte_order", "pickle_protocol", "format_version", "archive_version",
-        "storage_alignment", "serialization_id", "sys_info",
-    )  # fmt: skip
-    __slots__ = _FIELDS
     layout: Layout
     byte_order: str
     pickle_protocol: int

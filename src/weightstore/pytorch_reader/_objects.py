@@ -116,8 +116,6 @@ class Context(Protocol):
 class GlobalRef(ValueRecord):
     """A class or function the file names and we do not know; it is never imported."""
 
-    _FIELDS = ("module", "name")
-    __slots__ = _FIELDS
     module: str
     name: str
 
@@ -194,8 +192,6 @@ class InertObject:
 class TorchDType(ValueRecord):
     """A torch dtype the file names (``torch.float32``); `name` is canonical."""
 
-    _FIELDS = ("name",)
-    __slots__ = _FIELDS
     name: str
 
     def __init__(self, name: str) -> None:
@@ -218,8 +214,6 @@ class TorchDType(ValueRecord):
 class TorchDevice(ValueRecord):
     """A ``torch.device``: its type (``"cpu"``, ``"cuda"``) and optional index."""
 
-    _FIELDS = ("type", "index")
-    __slots__ = _FIELDS
     type: str
     index: int | None
 
@@ -235,8 +229,6 @@ class StorageClass(ValueRecord):
     """A storage class global (``torch.FloatStorage``); `torch_dtype` is ``None`` when the
     name is one torch never wrote, so only its byte width is unknown."""
 
-    _FIELDS = ("name", "torch_dtype")
-    __slots__ = _FIELDS
     name: str
     torch_dtype: str | None
 
@@ -256,8 +248,6 @@ class StorageClass(ValueRecord):
 class PersistentRef(ValueRecord):
     """A persistent id in a file that has nothing to resolve it against (a plain pickle)."""
 
-    _FIELDS = ("pid",)
-    __slots__ = _FIELDS
     pid: object
 
     def __init__(self, pid: object) -> None:

@@ -90,8 +90,6 @@ class Stream:
 class ArgReader(ValueRecord):
     """How to read one kind of opcode argument; `size` is the fixed width, or ``None``."""
 
-    _FIELDS = ("name", "size", "read", "doc")
-    __slots__ = _FIELDS
     name: str
     size: int | None
     read: Callable[[Stream], Any]
@@ -249,8 +247,6 @@ UNICODENL = _reader("unicodestringnl", None, _read_unicodestringnl, "raw-unicode
 class Opcode(ValueRecord):
     """One pickle opcode: name, byte, argument, the protocol that added it, stack effect."""
 
-    _FIELDS = ("name", "code", "arg", "proto", "effect")
-    __slots__ = _FIELDS
     name: str
     code: int
     arg: ArgReader | None

@@ -9,12 +9,13 @@ a tensor's bytes are read when it is asked for.
 from __future__ import annotations
 
 import os
+from abc import ABCMeta
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
-from weightstore.base._record import ValueRecord
+from weightstore.base._record import RecordMeta, ValueRecord
 from weightstore.errors import KeyNotFoundError, TensorNotFoundError
 from weightstore.io._source import ReadMode
 from weightstore.pytorch_reader._archive import open_archive
@@ -41,7 +42,11 @@ if TYPE_CHECKING:
 __all__ = ["PytorchMetadata", "PytorchReader"]
 
 
-class PytorchMetadata(ValueRecord, Mapping[str, object]):
+class _MappingRecordMeta(RecordMeta, ABCMeta):
+    """A record that is also a `Mapping` (an ABC) needs a metaclass deriving from both."""
+
+
+class PytorchMetadata(ValueRecord, Mapping[str, object], metaclass=_MappingRecordMeta):
     """What a checkpoint says about itself; also a read-only mapping of field name to value.
 
     Attributes:
@@ -59,11 +64,6 @@ class PytorchMetadata(ValueRecord, Mapping[str, object]):
         sys_info: the legacy and tar ``sys_info`` dict.
     """
 
-    _FIELDS = (
-        "format", "byte_order", "pytorch_version", "format_version", "archive_version",
-        "storage_alignment", "pickle_protocol", "tensor_count", "total_bytes", "sys_info",
-    )  # fmt: skip
-    __slots__ = _FIELDS
     format: Layout
     byte_order: str
     pytorch_version: str | None
@@ -74,24 +74,6 @@ class PytorchMetadata(ValueRecord, Mapping[str, object]):
     tensor_count: int
     total_bytes: int
     sys_info: dict[str, object] | None
-
-    def __init__(
-        self,
-        format: Layout,
-        byte_order: str,
-        pytorch_version: str | None,
-        format_version: str | None,
-        archive_version: str | None,
-        storage_alignment: int | None,
-        pickle_protocol: int,
-        tensor_count: int,
-        total_bytes: int,
-        sys_info: dict[str, object] | None,
-    ) -> None:
-        super().__init__(
-            format, byte_order, pytorch_version, format_version, archive_version,
-            storage_alignment, pickle_protocol, tensor_count, total_bytes, sys_info,
-        )  # fmt: skip
 
     def __getitem__(self, key: str) -> object:
         """The field `key`; `KeyError` for any other key."""

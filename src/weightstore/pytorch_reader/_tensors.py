@@ -109,8 +109,6 @@ class StorageRef(Record):
         view: ``(offset, numel)`` of a legacy storage view inside the root, in elements.
     """
 
-    _FIELDS = ("key", "storage_class", "numel", "location", "source", "view")
-    __slots__ = _FIELDS
     key: str
     storage_class: StorageClass
     numel: int
@@ -179,8 +177,6 @@ class UnreadableTensor(Record):
     """A tensor built by a rebuild function we cannot represent (quantized, sparse, nested,
     wrapper subclasses) or of a storage class torch never wrote; touching it raises."""
 
-    _FIELDS = ("global_name", "reason", "dtype_problem", "limit")
-    __slots__ = _FIELDS
     global_name: str
     reason: str
     dtype_problem: bool
@@ -234,11 +230,6 @@ class LazyTensor(Record):
             its storage's (see `validate`).
     """
 
-    _FIELDS = (
-        "shape", "stride", "storage_offset", "torch_dtype", "storage", "array", "requires_grad",
-        "is_parameter", "conj", "neg", "device", "name", "path", "max_expanded_size",
-    )  # fmt: skip
-    __slots__ = _FIELDS
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     storage_offset: int

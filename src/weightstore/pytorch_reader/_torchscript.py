@@ -65,6 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from weightstore.base._record import ValueRecord
 from weightstore.errors import ArchiveError, LimitExceeded, UnsupportedObjectError
 from weightstore.pytorch_reader._layout import DATA_PKL, TORCHSCRIPT_MARKERS, Limits
 from weightstore.pytorch_reader._objects import GlobalRef, InertObject, clip
@@ -90,8 +91,7 @@ _LIST_ITEM: Final = re.compile(r'"([^"\n]*)", ')
 _TENSOR_LINE: Final = re.compile(r'  (?:([A-Za-z_]\w*) : |__annotations__\["([^"\n]*)"\] = )Tensor')
 
 
-@dataclass(frozen=True, slots=True)
-class ClassHeader:
+class ClassHeader(ValueRecord):
     """What a class's declarations in code/ say (see the module docstring).
 
     Attributes:

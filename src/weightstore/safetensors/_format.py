@@ -6,7 +6,6 @@ registry lists this format.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +65,7 @@ def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, str]) -
     from weightstore.safetensors._writer import SafetensorsWriter
 
     flex32, f32 = from_name("FLEX32"), from_name("F32")
-    plain = [
-        dataclasses.replace(entry, dtype=f32) if entry.dtype == flex32 else entry
-        for entry in entries
-    ]
+    plain = [entry.replace(dtype=f32) if entry.dtype == flex32 else entry for entry in entries]
     return SafetensorsWriter(plain, metadata)
 
 

@@ -72,8 +72,6 @@ class TensorDescriptor(ValueRecord):
     registry, and generating a dataclass costs more at import than it saves).
     """
 
-    __slots__ = _FIELDS = ("name", "dtype", "shape", "data_offsets")
-
     name: str
     dtype: DType
     shape: tuple[int, ...]

@@ -82,10 +82,6 @@ class SetLocation(Record):
             variant: those the index does not name are strays.
     """
 
-    __slots__ = _FIELDS = (
-        "directory", "layout", "variant", "index_path", "single_path", "ignored", "shard_files",
-    )  # fmt: skip
-
     directory: str
     layout: SetLayout | None
     variant: str | None

@@ -70,8 +70,6 @@ class SetIndex(Record):
             None: Hugging Face sets carry none and their shards are not checked.
     """
 
-    __slots__ = _FIELDS = ("path", "weight_map", "metadata", "set_id")
-
     path: str
     weight_map: dict[str, str]
     metadata: dict[str, str]

@@ -51,8 +51,6 @@ SHARD_NAME: Final = re.compile(
 class ShardName(ValueRecord):
     """What a shard file's name says (`parse_shard_name`)."""
 
-    __slots__ = _FIELDS = ("stem", "variant", "number", "count", "tag", "extension")
-
     stem: str
     variant: str | None
     number: int

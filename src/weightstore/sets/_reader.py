@@ -68,10 +68,6 @@ class SetReport(Record):
         missing: shard -> tensors the index assigns to it that it does not hold.
     """
 
-    __slots__ = _FIELDS = (
-        "path", "format_name", "variant", "shards", "ignored", "unlisted", "missing",
-    )  # fmt: skip
-
     path: str
     format_name: str
     variant: str | None
@@ -95,10 +91,6 @@ class SetReport(Record):
 
 class _SetFiles(Record):
     """What an opened set knows before any shard is opened; shared by restricted readers."""
-
-    __slots__ = _FIELDS = (
-        "path", "index", "fmt", "variant", "weight_map", "metadata", "ignored", "options",
-    )  # fmt: skip
 
     path: str
     index: SetIndex | None

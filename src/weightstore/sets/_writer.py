@@ -114,8 +114,6 @@ class SetPlan(ValueRecord):
     (``torch.distributed.broadcast_object_list``) as is.
     """
 
-    __slots__ = _FIELDS = ("directory", "layout", "variant", "set_id", "shard_names")
-
     directory: str
     layout: SetLayout
     variant: str | None
