@@ -27,7 +27,6 @@ both type their tensors here, so both refuse the same tensors.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -212,7 +211,7 @@ def assign_module_types(
             unclear.append((name, guess))
         if guess.misfit is not None:
             misfits.append((name, guess))
-        assigned.append(dataclasses.replace(snapshot, container=guess.candidates[:1]))
+        assigned.append(snapshot.replace(container=guess.candidates[:1]))
     if misfits:
         raise _misfit_error(misfits, adapter)
     if unclear:
@@ -297,7 +296,7 @@ def _rules(rules: Mapping[str, str] | Iterable[ModuleTypeRule]) -> list[ModuleTy
 
 def _typed(snapshot: TensorSnapshot, module_type: str) -> TensorSnapshot:
     """`snapshot` owned by a `module_type` module: the last entry of its container."""
-    return dataclasses.replace(snapshot, container=(*snapshot.container[:-1], module_type))
+    return snapshot.replace(container=(*snapshot.container[:-1], module_type))
 
 
 def _alike(snapshot: TensorSnapshot, candidates: tuple[str, ...], adapter: Adapter) -> bool:

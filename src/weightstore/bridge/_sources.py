@@ -30,7 +30,6 @@ is seen, never to look for one.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -100,7 +99,7 @@ class ModelFreeSource:
         guesses = infer_module_types(self.items)
         return [
             snapshot if snapshot.container
-            else dataclasses.replace(snapshot, container=guesses[snapshot.full_path].candidates[:1])
+            else snapshot.replace(container=guesses[snapshot.full_path].candidates[:1])
             for snapshot in self.items
         ]  # fmt: skip
 
