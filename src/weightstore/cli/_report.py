@@ -124,6 +124,7 @@ class FileReport:
 
 # Each summarizer imports its reader, so listing one format loads no other's (nor cbor2).
 def summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
+    """A burnpack file's report: its tensors in data order, Burn's version, its scalars."""
     from weightstore.burnpack import BurnpackReader
 
     size = _file_size(path, options)
@@ -144,6 +145,7 @@ def summarize_burnpack(path: str, options: dict[str, Any]) -> FileReport:
 
 
 def summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
+    """A SafeTensors file's report: its tensors in data order and its metadata pairs."""
     from weightstore.safetensors import SafetensorsReader
 
     size = _file_size(path, options)
@@ -162,6 +164,8 @@ def summarize_safetensors(path: str, options: dict[str, Any]) -> FileReport:
 
 
 def summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
+    """A PyTorch checkpoint's report: its tensors, its other entries as objects, its layout's
+    facts, and the globals its pickle names that ``torch.load`` would import."""
     from weightstore.pytorch_reader import PytorchReader
 
     top_level_key = options.get("top_level_key")
