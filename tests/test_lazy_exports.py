@@ -183,7 +183,12 @@ def test_a_type_only_name_is_not_loaded_with_its_package(name: str) -> None:
 def test_all_and_dir_are_the_table(name: str) -> None:
     module = importlib.import_module(name)
     getter = _getter(module)
-    assert module.__all__ == sorted(set(getter.names) | set(getter.submodules))
+    assert set(module.__all__) == set(getter.names) | set(getter.submodules)
+    kinds = [0 if n.isupper() else 1 if n[0].isupper() else 2 for n in module.__all__]
+    assert kinds == sorted(kinds), "constants, then classes, then the rest, as ruff sorts"
+    for kind in set(kinds):
+        group = [n for n, k in zip(module.__all__, kinds, strict=True) if k == kind]
+        assert group == sorted(group)
     assert set(module.__all__) <= set(dir(module))
 
 
@@ -252,7 +257,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 def test_the_helper_loads_on_first_use_and_caches(package: ModuleType) -> None:
     assert "lazypkg._things" not in sys.modules
-    assert package.__all__ == ["Thing", "extra", "gone", "here"]
+    assert package.__all__ == ["Thing", "extra", "gone", "here"]  # classes before the rest
     thing = package.Thing
     assert thing is sys.modules["lazypkg._things"].Thing
     assert vars(package)["Thing"] is thing  # the next lookup is a plain attribute

@@ -73,19 +73,25 @@ def lazy_exports(
 
     Returns:
         The package's ``__getattr__``, its ``__dir__`` (the globals and ``__all__``, sorted),
-        and ``__all__`` (every name and submodule, sorted).
+        and ``__all__`` (every name and submodule, constants first, then classes, then the
+        rest: the order ruff keeps a written ``__all__`` in).
     """
     modules = frozenset(submodules)
     both = modules & names.keys()
     if both:
         raise ValueError(f"{package}: {sorted(both)} named both as submodules and as names")
-    public = sorted(modules | names.keys())
+    public = sorted(modules | names.keys(), key=_listing_order)
     getter = LazyGetattr(package, names, modules)
 
     def listing() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(public))
 
     return getter, listing, public
+
+
+def _listing_order(name: str) -> tuple[int, str]:
+    """``SCREAMING_CASE`` names, then ``CamelCase``, then the rest; by code point in each."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
 
 
 class _ModuleOnFirstUse:
