@@ -135,7 +135,6 @@ STORE_DEFERRED = (
     "weightstore.io._source",
     "weightstore.container._reader",
     "weightstore.dtypes",
-    "weightstore.stores._load_failure",
 )
 
 
@@ -153,7 +152,6 @@ PLAIN_LOAD_SKIPS = (
     "weightstore.paths._regex",
     "weightstore.paths._remap",
     "weightstore.adapters",
-    "weightstore.stores._load_failure",
     "difflib",
 )
 

@@ -401,3 +401,79 @@ def test_no_import_cycles_counting_lazy_and_type_only_imports() -> None:
 def test_the_cycle_finder_finds_a_loop_and_passes_a_chain() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# Inside a package, siblings import each other at module level; only package boundaries defer.
+# These deferrals inside a package remain, each because the sibling brings in what most users
+# of the package never pay for: a framework, fsspec, a format's parser, one command's code.
+LAZY_SIBLINGS: dict[tuple[str, str], str] = {
+    **dict.fromkeys(
+        [
+            ("weightstore.bridge", "weightstore.bridge._torch"),
+            ("weightstore.bridge", "weightstore.bridge._jax"),
+            ("weightstore.bridge._sources", "weightstore.bridge._torch"),
+            ("weightstore.distributed._load", "weightstore.distributed._torch"),
+            ("weightstore.distributed._save", "weightstore.distributed._torch"),
+        ],
+        "imports torch or jax",
+    ),
+    **dict.fromkeys(
+        [
+            ("weightstore.io._open", "weightstore.io._remote_source"),
+            ("weightstore.io._atomic", "weightstore.io._remote_write"),
+        ],
+        "URLs only: brings in fsspec",
+    ),
+    ("weightstore.bridge", "weightstore.bridge._numpy"): "NumPy models only",
+    ("weightstore.bridge", "weightstore.bridge._sources"): "saves only: the adapter classes",
+    **dict.fromkeys(
+        [
+            ("weightstore.burnpack", "weightstore.burnpack._writer"),
+            ("weightstore.burnpack._format", "weightstore.burnpack._reader"),
+            ("weightstore.burnpack._format", "weightstore.burnpack._writer"),
+            ("weightstore.safetensors", "weightstore.safetensors._writer"),
+            ("weightstore.safetensors._format", "weightstore.safetensors._reader"),
+            ("weightstore.safetensors._format", "weightstore.safetensors._writer"),
+            ("weightstore.pytorch_reader._format", "weightstore.pytorch_reader._reader"),
+        ],
+        "the registry lists a format without loading its parser (cbor2, NumPy)",
+    ),
+    **dict.fromkeys(
+        [
+            ("weightstore.pytorch_reader._archive", "weightstore.pytorch_reader._legacy"),
+        ],
+        "rare pre-1.6 layouts: brings in tarfile",
+    ),
+    **dict.fromkeys(
+        [
+            ("weightstore.cli", "weightstore.cli._demo"),
+            ("weightstore.cli", "weightstore.cli._render"),
+            ("weightstore.cli", "weightstore.cli._report"),
+        ],
+        "a command loads only the code of the command run",
+    ),
+}
+
+
+def _lazy_sibling_imports() -> set[tuple[str, str]]:
+    found = set()
+    for path in _sources():
+        module = _module_name(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        if package == ROOT:
+            continue
+        for imported in _imports(path):
+            if imported.in_function and imported.module.rpartition(".")[0] == package:
+                found.add((module, imported.module))
+    return found
+
+
+def test_siblings_inside_a_package_are_imported_at_module_level() -> None:
+    found = _lazy_sibling_imports()
+    unexplained = sorted(found - LAZY_SIBLINGS.keys())
+    assert not unexplained, (
+        "import these siblings at module level, or say in LAZY_SIBLINGS why they wait:\n"
+        + "\n".join(f"{a} -> {b}" for a, b in unexplained)
+    )
+    stale = sorted(LAZY_SIBLINGS.keys() - found)
+    assert not stale, f"no longer deferred; take them off LAZY_SIBLINGS: {stale}"

@@ -25,8 +25,10 @@ from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import detect_format_of_bytes
 from weightstore.io import is_url
+from weightstore.stores._load import apply_snapshots
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
+from weightstore.stores._sets import read_set_report, restricted_for_load
 from weightstore.stores._source import (
     READER_OPTIONS,
     STORE_NAMES,
@@ -451,8 +453,6 @@ class Store:
         stray shards and shards that disagree with the index."""
         if self._path is None:
             return None
-        from weightstore.stores._sets import read_set_report
-
         options: dict[str, Any] = {}
         if self._options.top_level_key is not None:
             options["top_level_key"] = self._options.top_level_key
@@ -588,8 +588,6 @@ class Store:
         if not is_set_source(filename):
             return None
         from weightstore.snapshot import reader_snapshots
-        from weightstore.stores._sets import restricted_for_load
-
         whole = self._open()
         restriction = restricted_for_load(whole, self._options, filename)
         if restriction is None:
@@ -610,8 +608,6 @@ class Store:
         """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
         passes a rank's slices of them); the store's options, report and failures as there.
         `unused` names source tensors left out before the load, reported as unused."""
-        from weightstore.stores._load import apply_snapshots
-
         path = None if self._path is None else self._file_path(for_write=False)
         return apply_snapshots(
             model, snapshots, device, fmt=self._format(), options=self._options, path=path,

@@ -14,7 +14,9 @@ from weightstore.base._gc import collector_paused
 from weightstore.container._format import ContainerFormat
 from weightstore.errors import WeightstoreError
 from weightstore.io import is_url
+from weightstore.stores._load_failure import LoadFailedError, store_fix
 from weightstore.stores._options import StoreOptions
+from weightstore.stores._remote_plan import plan_reads_for_load
 
 if TYPE_CHECKING:
     from weightstore.report import ApplyResult
@@ -67,8 +69,6 @@ def apply_snapshots(
     from weightstore.transfer._plan import LoadRules
 
     if path is not None and is_url(path):  # fetch what the load reads in large batches
-        from weightstore.stores._remote_plan import plan_reads_for_load
-
         plan_reads_for_load(snapshots, options, path)
     rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
     with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
@@ -89,6 +89,4 @@ def apply_snapshots(
     failure = result.refused or rules.failure(result)
     if failure is None:
         return result
-    from weightstore.stores._load_failure import LoadFailedError, store_fix  # failures only
-
     raise LoadFailedError(result, failure, store_fix(result, failure), path=path)

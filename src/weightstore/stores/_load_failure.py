@@ -7,8 +7,12 @@ are in `weightstore.errors` with the rest of the family; records phrase their fi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from weightstore.errors import LoadFailedError
-from weightstore.report import ApplyResult, LoadFailure
+
+if TYPE_CHECKING:
+    from weightstore.report import ApplyResult, LoadFailure
 
 # LoadFailedError is re-exported for the store's load, which imports it with `store_fix`.
 __all__ = ["LoadFailedError", "store_fix"]
