@@ -1,4 +1,4 @@
-"""The two-process example of docs/distributed.md: the page shows `example_reshard.py` exactly
+"""The two-process example of docs/dcp.md: the page shows `example_reshard.py` exactly
 (the example's one copy), its `main` runs on two ranks in the default run, and the script runs
 as its readers would run it in the slow run."""
 
@@ -17,7 +17,7 @@ from tests._optional import need
 from weightstore.dcp import open_dcp
 
 EXAMPLE = Path(__file__).with_name("example_reshard.py")
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "distributed.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "dcp.md"
 TIMEOUT_S = 240  # two ranks each import torch; a hung collective fails the test, not the run
 
 

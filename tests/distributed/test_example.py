@@ -1,4 +1,4 @@
-"""The two-process example of docs/sharded.md: the page shows `example_two_ranks.py` exactly
+"""The two-process example of docs/distributed.md: the page shows `example_two_ranks.py` exactly
 (the example's one copy), and the script runs as its readers would run it (slow: it starts
 three processes; its `main` also runs in the default run, in test_process_groups.py)."""
 
@@ -14,7 +14,7 @@ import pytest
 from tests._optional import need
 
 EXAMPLE = Path(__file__).with_name("example_two_ranks.py")
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "sharded.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "distributed.md"
 TIMEOUT_S = 240  # two ranks each import torch; a hung collective fails the test, not the run
 
 

@@ -5,7 +5,7 @@ models loaded by a ``{regex: dim}`` plan on dims 0 and 1 with uneven chunks, mod
 parameters (``parallelize_module``, ``distribute_tensor``) loaded from a file and from a set,
 and a rank-aware save. Here, after the ranks are done: the saved set against a single-process
 save of the same model, and the bytes each rank read against its share. Two ranks run by
-default, and then the two-process example of docs/sharded.md in the same processes; four ranks
+default, and then the two-process example of docs/distributed.md in the same processes; four ranks
 are slow.
 """
 

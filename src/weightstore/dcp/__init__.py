@@ -1,5 +1,5 @@
 """torch.distributed.checkpoint on weightstore files: resharding saves and loads with no pickle
-and no torn checkpoints (docs/distributed.md).
+and no torn checkpoints (docs/dcp.md).
 
 Pass a storage writer or reader of this module to ``torch.distributed.checkpoint``::
 

@@ -1,5 +1,5 @@
 """Saving a DCP checkpoint directory: a sharded set's commit protocol, for files many ranks
-write (docs/sharded.md has the protocol; `_dcp_index` the layout).
+write (docs/sharded.md has the protocol; `_index` the layout).
 
 A save over a committed checkpoint can be killed at any instant, on any rank, and the
 directory still loads as the whole old checkpoint or the whole new one:

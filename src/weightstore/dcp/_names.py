@@ -13,7 +13,7 @@ __all__ = ["DCP_INDEX_NAME", "is_dcp_checkpoint"]
 
 DCP_INDEX_NAME: Final = "dcp.index.json"
 """The index of a `torch.distributed.checkpoint` directory saved through `weightstore.dcp`
-(docs/distributed.md); its rank files are read through `weightstore.dcp._reader`."""
+(docs/dcp.md); its rank files are read through `weightstore.dcp._reader`."""
 
 
 def is_dcp_checkpoint(path: str | os.PathLike[str]) -> bool:
