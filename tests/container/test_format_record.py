@@ -31,7 +31,9 @@ from tests.pytorch_reader._support import (
     write_zip,
 )
 from weightstore import burnpack, formats, safetensors
-from weightstore.container._format import _FORMAT_FIELDS, ContainerFormat
+from weightstore.container._format import ContainerFormat
+
+_FORMAT_FIELDS = ContainerFormat._FIELDS
 from weightstore.entry import TensorEntry
 from weightstore.sets import LAYOUTS, layout_for
 

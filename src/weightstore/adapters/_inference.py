@@ -27,10 +27,8 @@ both type their tensors here, so both refuse the same tensors.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
@@ -44,6 +42,7 @@ from weightstore.adapters._pytorch_flax import (
     FlaxToPyTorchAdapter,
     PyTorchToFlaxAdapter,
 )
+from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
 from weightstore.errors import MAX_NAME_IN_MESSAGE, ModuleTypeNeededError
 from weightstore.paths import PathFilter
@@ -85,8 +84,7 @@ _SHOWN: Final = 3  # tensors named after the first in a refusal
 _NAME_IT: Final = "assign_module_types(snapshots, adapter, {'PATTERN': 'TYPE'})"
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleGuess:
+class ModuleGuess(ValueRecord):
     """What a tensor's names and shapes say about the module owning it.
 
     Attributes:
@@ -107,8 +105,7 @@ class ModuleGuess:
         return self.candidates[0] if len(self.candidates) == 1 else None
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleTypeRule:
+class ModuleTypeRule(ValueRecord):
     """Tensors whose name `pattern` matches are owned by a `module_type` module, whatever the
     inference says (``--module-type PATTERN=TYPE`` on the command line).
 
@@ -212,7 +209,7 @@ def assign_module_types(
             unclear.append((name, guess))
         if guess.misfit is not None:
             misfits.append((name, guess))
-        assigned.append(dataclasses.replace(snapshot, container=guess.candidates[:1]))
+        assigned.append(snapshot.replace(container=guess.candidates[:1]))
     if misfits:
         raise _misfit_error(misfits, adapter)
     if unclear:
@@ -297,7 +294,7 @@ def _rules(rules: Mapping[str, str] | Iterable[ModuleTypeRule]) -> list[ModuleTy
 
 def _typed(snapshot: TensorSnapshot, module_type: str) -> TensorSnapshot:
     """`snapshot` owned by a `module_type` module: the last entry of its container."""
-    return dataclasses.replace(snapshot, container=(*snapshot.container[:-1], module_type))
+    return snapshot.replace(container=(*snapshot.container[:-1], module_type))
 
 
 def _alike(snapshot: TensorSnapshot, candidates: tuple[str, ...], adapter: Adapter) -> bool:
