@@ -31,9 +31,11 @@ from tests.pytorch_reader._support import (
     write_zip,
 )
 from weightstore import burnpack, formats, safetensors
-from weightstore.container._format import _FORMAT_FIELDS, ContainerFormat
+from weightstore.container._format import ContainerFormat
 from weightstore.entry import TensorEntry
 from weightstore.sets import LAYOUTS, layout_for
+
+_FORMAT_FIELDS = ContainerFormat._FIELDS  # the record's fields, in declaration order
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "weightstore"
 WEIGHT = np.arange(6, dtype=np.float32).reshape(2, 3)

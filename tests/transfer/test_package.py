@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import weightstore.transfer
+from weightstore.base._lazy import LazyGetattr
 from weightstore.transfer import _apply, _plan
 
 
@@ -22,7 +23,9 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_every_export_resolves_to_the_object_its_module_defines() -> None:
-    exports = weightstore.transfer._EXPORTS
+    getter = vars(weightstore.transfer)["__getattr__"]
+    assert isinstance(getter, LazyGetattr)  # the one table, from lazy_exports
+    exports = getter.names
     assert sorted(weightstore.transfer.__all__) == sorted(exports)
     for name, module in exports.items():
         defined = getattr(_apply if module.endswith("_apply") else _plan, name)

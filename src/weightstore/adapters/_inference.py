@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
@@ -43,6 +42,7 @@ from weightstore.adapters._pytorch_flax import (
     FlaxToPyTorchAdapter,
     PyTorchToFlaxAdapter,
 )
+from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
 from weightstore.errors import MAX_NAME_IN_MESSAGE, ModuleTypeNeededError
 from weightstore.paths import PathFilter
@@ -84,8 +84,7 @@ _SHOWN: Final = 3  # tensors named after the first in a refusal
 _NAME_IT: Final = "assign_module_types(snapshots, adapter, {'PATTERN': 'TYPE'})"
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleGuess:
+class ModuleGuess(ValueRecord):
     """What a tensor's names and shapes say about the module owning it.
 
     Attributes:
@@ -106,8 +105,7 @@ class ModuleGuess:
         return self.candidates[0] if len(self.candidates) == 1 else None
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleTypeRule:
+class ModuleTypeRule(ValueRecord):
     """Tensors whose name `pattern` matches are owned by a `module_type` module, whatever the
     inference says (``--module-type PATTERN=TYPE`` on the command line).
 

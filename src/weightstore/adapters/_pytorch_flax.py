@@ -35,6 +35,7 @@ import numpy as np
 
 from weightstore.adapters._base import Adapter
 from weightstore.adapters._module_types import burn_module_type
+from weightstore.base._record import Record
 from weightstore.snapshot import TensorSnapshot
 
 __all__ = [
@@ -66,17 +67,12 @@ _KINDS: Final[dict[str, str]] = {
 }  # fmt: skip
 
 
-class _Side:
-    """The framework on the other side of Flax: how it lays out and names each layer.
+class _Side(Record):
+    """The framework on the other side of Flax: how it lays out and names each layer."""
 
-    A plain class: a generated dataclass would cost more at import than it saves here."""
-
-    __slots__ = ("dense_transposed", "name", "norm_names")
-
-    def __init__(self, name: str, dense_transposed: bool, norm_names: tuple[str, str]) -> None:
-        self.name: Final = name
-        self.dense_transposed: Final = dense_transposed  # Linear [out, in] (torch) or [in, out]
-        self.norm_names: Final = norm_names  # a norm's Flax ``scale``, ``bias`` on this side
+    name: str
+    dense_transposed: bool  # Linear [out, in] (torch) or [in, out]
+    norm_names: tuple[str, str]  # a norm's Flax ``scale``, ``bias`` on this side
 
     def names(self, kind: str) -> dict[str, str]:
         """Flax's leaf names of a `kind` layer -> this side's (equal names included)."""

@@ -31,13 +31,14 @@ is seen, never to look for one.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 import numpy as np
 
 from weightstore.adapters import Adapter, assign_module_types, infer_module_types
 from weightstore.adapters._inference import module_typed_adapters
+from weightstore.base._record import ValueRecord
 from weightstore.bridge._model import TensorSource, aliases_by_key, is_torch_tensor
 from weightstore.errors import InvalidOptionError
 from weightstore.snapshot import TensorSnapshot, reader_snapshots
@@ -55,11 +56,12 @@ FRAMEWORKS: Final = frozenset({"pt", "tf", "flax", "mlx"})
 versions refuse a file whose ``format`` is anything else). A source file's own pair is carried
 over only when it is one of these."""
 
+_NO_TIES: Final[Mapping[str, str]] = MappingProxyType({})  # a default shared read-only
+
 _PYTORCH_FRAMEWORK: Final = "pt"  # a PyTorch checkpoint's tensors, read with torch or without
 
 
-@dataclass(frozen=True, slots=True)
-class ModelFreeSource:
+class ModelFreeSource(ValueRecord):
     """Tensors to save that come from no model; a `TensorSource`.
 
     Attributes:
@@ -70,7 +72,7 @@ class ModelFreeSource:
 
     items: tuple[TensorSnapshot, ...]
     framework: str | None = None
-    ties: Mapping[str, str] = field(default_factory=dict)
+    ties: Mapping[str, str] = _NO_TIES
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

@@ -25,7 +25,6 @@ a file does not record; the library infers it from names and shapes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -189,7 +188,7 @@ def _write(
     with Progress(total, args.src, quiet=args.quiet) as progress:
         counted = tuple(_counted(s, progress) for s in snapshots)
         with about(args.dst):
-            written = save_into(dataclasses.replace(source, items=counted), store)
+            written = save_into(source.replace(items=counted), store)
     size = _written_size(written, storage_options_of(args)) if written else 0
     print(f"wrote {printable(str(written))} ({fmt.name}): {plural(len(kept), 'tensor')}, "
           f"{size:,} bytes")  # fmt: skip

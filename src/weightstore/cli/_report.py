@@ -19,7 +19,6 @@ that are not part of it, tensors the index and the shards disagree on).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import warnings
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from weightstore.base._record import ValueRecord
 from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
 from weightstore.dtypes import DType
 from weightstore.errors import (
@@ -54,8 +54,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class TensorRow:
+class TensorRow(ValueRecord):
     """One tensor as `inspect` lists it; read from the header, no tensor data."""
 
     name: str
@@ -73,8 +72,7 @@ class TensorRow:
         return math.prod(self.shape)
 
 
-@dataclass(frozen=True, slots=True)
-class SetSummary:
+class SetSummary(ValueRecord):
     """What `inspect` shows about a sharded set beyond its tensors.
 
     Attributes:
@@ -318,7 +316,7 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         part = summarize_shard(shard, options)
         name = _shard_name(shard, report.path)
         kept = [row for row in part.tensors if row.name in assigned[shard]]
-        rows += [dataclasses.replace(row, storage=_storage(name, row.storage)) for row in kept]
+        rows += [row.replace(storage=_storage(name, row.storage)) for row in kept]
         shards.append((name, part.file_size, len(kept)))
         others.update({f"{name}:{key}": text for key, text in part.others.items()})
         values.update({f"{name}:{key}": value for key, value in part.other_values.items()})

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from weightstore.base._record import Record
 from weightstore.container._set_layout import SetLayout  # a field's type, given with it
 
 if TYPE_CHECKING:  # an annotation only: the dtype tables load with the first reader
@@ -135,16 +136,7 @@ def path_for_write(path: str | os.PathLike[str], default_extension: str | None) 
     return f"{filename}.{default_extension}"
 
 
-# `ContainerFormat`'s fields in declaration order; every one is given by every record.
-_FORMAT_FIELDS: Final = (
-    "name", "title", "extensions", "sniff", "open_file", "default_extension", "open_bytes",
-    "open_static", "writer", "store_options", "set_layout", "summarizer",
-    "holds_foreign_objects", "carries_framework_metadata", "native_framework",
-    "reader_releases_pages",
-)  # fmt: skip
-
-
-class ContainerFormat:
+class ContainerFormat(Record):
     """One container format, described once; immutable. Every fact about a format that code
     outside its folder needs is a field here, so adding a format is one folder and one line in
     the registry, and nothing else compares format names.
@@ -180,14 +172,10 @@ class ContainerFormat:
             tensor's mapped pages go once it is used, so a conversion streams a file larger
             than memory (the PyTorch reader's); the others keep their mapping to the end.
 
-    A plain slotted class, not a frozen dataclass: every import of the registry builds this
-    class, and the decorator's code generation cost more than the three records together.
-    Records compare by identity (each format has one). Every argument is a required keyword:
-    a record cannot leave a fact unset (tests/container/test_format_record.py checks that none
-    is empty).
+    A `Record`, compared by identity (each format has one). Every argument is a required
+    keyword: a record cannot leave a fact unset (tests/container/test_format_record.py checks
+    that none is empty).
     """
-
-    __slots__ = _FORMAT_FIELDS
 
     name: str
     title: str
@@ -226,19 +214,11 @@ class ContainerFormat:
         native_framework: str | None,
         reader_releases_pages: bool,
     ) -> None:
-        values = (
+        super().__init__(
             name, title, extensions, sniff, open_file, default_extension, open_bytes,
             open_static, writer, store_options, set_layout, summarizer, holds_foreign_objects,
             carries_framework_metadata, native_framework, reader_releases_pages,
         )  # fmt: skip
-        for slot, value in zip(_FORMAT_FIELDS, values, strict=True):
-            object.__setattr__(self, slot, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to {name!r}: a format record is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete {name!r}: a format record is immutable")
 
     def load_summarizer(self) -> Callable[[str, dict[str, Any]], Any]:
         """The `summarizer` function, its module imported now (a command's first use)."""

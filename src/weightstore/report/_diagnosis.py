@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from typing import Final
 
+from weightstore.base._record import ValueRecord
 from weightstore.dtypes import from_name
 from weightstore.errors import DTypeError
 from weightstore.report._summary import count, shown
@@ -105,7 +106,7 @@ def advice(kind: str, expected: str, found: str) -> str:
     )
 
 
-class PrefixChange:
+class PrefixChange(ValueRecord):
     """The source's names are the model's with one leading prefix changed: the usual reason a
     load matches almost nothing (``module.`` from DataParallel, ``model.`` from a training
     wrapper, ``state_dict.`` from a checkpoint's top-level dict). Found by `find_prefix_change`.
@@ -119,29 +120,10 @@ class PrefixChange:
         missing: how many paths are missing in all.
     """
 
-    # A plain class, not a dataclass: this module is on a failed load's path, and generating a
-    # dataclass costs more than the whole record.
-    __slots__ = ("explained", "missing", "model_prefix", "source_prefix")
-
-    def __init__(self, source_prefix: str, model_prefix: str, explained: int, missing: int) -> None:
-        self.source_prefix: Final = source_prefix
-        self.model_prefix: Final = model_prefix
-        self.explained: Final = explained
-        self.missing: Final = missing
-
-    def _fields(self) -> tuple[str, str, int, int]:
-        return (self.source_prefix, self.model_prefix, self.explained, self.missing)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PrefixChange):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return "PrefixChange({!r}, {!r}, {!r}, {!r})".format(*self._fields())
+    source_prefix: str
+    model_prefix: str
+    explained: int
+    missing: int
 
     @property
     def top_level_key(self) -> str | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Literal, TypeAlias
 
+from weightstore.base._record import ValueRecord
 from weightstore.report._diagnosis import (
     PrefixChange,
     advice,
@@ -50,7 +51,7 @@ refused report names one in `ApplyResult.refused`."""
 _MISMATCH_WHAT: Final[dict[str, str]] = {"shape_mismatch": "shape", "dtype_mismatch": "dtype"}
 
 
-class ApplyError:
+class ApplyError(ValueRecord):
     """One tensor that was found but could not be loaded; `str()` builds the message from fields.
 
     Build one with `shape_mismatch`, `dtype_mismatch` or `load_error`. Burn also declares
@@ -66,58 +67,15 @@ class ApplyError:
             empty, it is filled from the other fields (`fix_adapter` names the adapter).
     """
 
-    # A frozen record written out by hand, not a dataclass: generating one costs ~0.4 ms at
-    # import, and this module's import is part of the first load's time.
-    __slots__ = ("expected", "found", "kind", "message", "path")
-
     kind: ApplyErrorKind
     path: str
-    expected: str
-    found: str
-    message: str
+    expected: str = ""
+    found: str = ""
+    message: str = ""
 
-    def __init__(
-        self,
-        kind: ApplyErrorKind,
-        path: str,
-        expected: str = "",
-        found: str = "",
-        message: str = "",
-    ) -> None:
-        setter = object.__setattr__
-        setter(self, "kind", kind)
-        setter(self, "path", path)
-        setter(self, "expected", expected)
-        setter(self, "found", found)
-        # Left empty, the message is filled once, here, from the other fields.
-        setter(self, "message", message or advice(kind, expected, found))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        from dataclasses import FrozenInstanceError  # what the frozen dataclass raised
-
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        from dataclasses import FrozenInstanceError
-
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def _fields(self) -> tuple[str, str, str, str, str]:
-        return (self.kind, self.path, self.expected, self.found, self.message)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return (
-            f"ApplyError(kind={self.kind!r}, path={self.path!r}, expected={self.expected!r}, "
-            f"found={self.found!r}, message={self.message!r})"
-        )
+    def __post_init__(self) -> None:
+        if not self.message:  # left empty, the message is filled once, here, from the others
+            self._set("message", advice(self.kind, self.expected, self.found))
 
     @classmethod
     def shape_mismatch(
