@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from weightstore.base import __version__ as __version__
 from weightstore.base._lazy import lazy_exports
-from weightstore.base._version import __version__ as __version__
 
 if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore import burnpack as burnpack
@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
 # from. The submodules named below are attributes on first use too: every container package
 # (as every container reader and writer is a name here), the dtype table and the registry.
 _EXPORTS: dict[str, str] = {
-    "__version__": "weightstore.base._version",
+    "__version__": "weightstore.base",
     **dict.fromkeys(("Adapter", "ChainAdapter", "IdentityAdapter"), "weightstore.adapters"),
     **dict.fromkeys(("ApplyError", "ApplyResult"), "weightstore.report"),
     **dict.fromkeys(("to_data", "to_torch"), "weightstore.bridge"),

@@ -21,6 +21,7 @@ Standard library only: every layer uses it.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -49,13 +50,29 @@ class LazyGetattr:
     def __call__(self, name: str) -> Any:
         home = self.names.get(name)
         if name in self.submodules:
-            value: Any = importlib.import_module(f"{self.package}.{name}")
-        elif home is not None and home != self.package:  # the package's own: bound, or absent
-            value = getattr(importlib.import_module(home), name)
-        else:
+            home = f"{self.package}.{name}"
+        elif home is None or home == self.package:  # the package's own: bound, or absent
             raise AttributeError(f"module {self.package!r} has no attribute {name!r}")
+        value = _imported(home)
+        if name not in self.submodules:
+            value = getattr(value, name)
         vars(sys.modules[self.package])[name] = value  # later lookups skip this call
         return value
+
+
+def _imported(module: str) -> Any:
+    """`importlib.import_module` with the cyclic collector paused: an import allocates
+    modules, functions and classes and frees none of them, but in a process that has imported
+    torch those allocations trip full collections that walk its whole heap (about as long as
+    the weightstore modules take to run, measured on the import row). The collector is on
+    again afterwards only if it was on before, so pauses nest (`base._gc`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return importlib.import_module(module)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def lazy_exports(

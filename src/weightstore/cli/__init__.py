@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
-from weightstore.base._version import __version__
+from weightstore.base import __version__
 from weightstore.cli._errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,

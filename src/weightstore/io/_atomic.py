@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from weightstore.errors import DestinationExistsError, SaveFailedError, WeightstoreError
-from weightstore.io._url import is_url
+from weightstore.io import is_url
 
 if sys.platform != "win32":
     import fcntl

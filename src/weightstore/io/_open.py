@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Final
 
+from weightstore.io import is_url
 from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode
-from weightstore.io._url import is_url
 
 __all__ = ["handed_over", "handing_over", "open_source"]
 

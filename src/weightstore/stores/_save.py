@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from weightstore.base._version import __version__
+from weightstore.base import __version__
 from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.io import is_url
