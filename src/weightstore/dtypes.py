@@ -34,7 +34,6 @@ __all__ = [
     "from_safetensors",
     "from_torch",
     "from_torch_storage",
-    "import_on_first_use",  # defined in base._lazy; the commands import it from here
     "to_burnpack",
     "to_safetensors",
 ]

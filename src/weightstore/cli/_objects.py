@@ -26,9 +26,9 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
 from weightstore.cli._text import MAX_TEXT_LEN, json_number, shortened
-from weightstore.dtypes import import_on_first_use
 from weightstore.pytorch_reader import (
     GlobalRef,
     InertObject,

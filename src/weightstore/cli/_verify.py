@@ -37,8 +37,7 @@ from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.container._format import TensorReader
-from weightstore.errors import DTypeError, WeightstoreError
-from weightstore.sets._discover import SetWarning
+from weightstore.errors import DTypeError, SetWarning, WeightstoreError
 
 if TYPE_CHECKING:
     from weightstore.sets import SetReader

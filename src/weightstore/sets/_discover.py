@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from weightstore.base._record import Record
-from weightstore.errors import SetError, SetWarning, UnsupportedFormatError
+from weightstore.errors import SetError, UnsupportedFormatError
 from weightstore.io import is_url
 from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
 
@@ -39,7 +39,6 @@ __all__ = [
     "WHY_STALE_SINGLE",
     "WHY_STRAY_SHARD",
     "SetLocation",
-    "SetWarning",  # defined in weightstore.errors; the commands import it from here
     "find_set",
     "formats_in",
     "is_index_name",

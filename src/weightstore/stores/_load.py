@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
 from weightstore.container._format import ContainerFormat
-from weightstore.errors import WeightstoreError
+from weightstore.errors import LoadFailedError, WeightstoreError
 from weightstore.io import is_url
-from weightstore.stores._load_failure import LoadFailedError, store_fix
+from weightstore.stores._load_failure import store_fix
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._remote_plan import plan_reads_for_load
 

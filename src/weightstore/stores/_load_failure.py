@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from weightstore.errors import LoadFailedError
-
 if TYPE_CHECKING:
     from weightstore.report import ApplyResult, LoadFailure
 
-# LoadFailedError is re-exported for the store's load, which imports it with `store_fix`.
-__all__ = ["LoadFailedError", "store_fix"]
+__all__ = ["store_fix"]
 
 
 def store_fix(result: ApplyResult, failure: LoadFailure) -> str:
