@@ -247,7 +247,6 @@ def test_commands_on_one_file_load_no_set_module(tmp_path: Path) -> None:
         f"                 ['diff', {str(path)!r}, {str(path)!r}]):\n"
         "        assert cli.main(argv) == 0\n"
     )
-    loaded = {
-        name for name in _loaded_after(code) if name.startswith(("weightstore.sets", "weightstore.dcp"))
-    }
+    multi_file = ("weightstore.sets", "weightstore.dcp")
+    loaded = {name for name in _loaded_after(code) if name.startswith(multi_file)}
     assert loaded == set()
