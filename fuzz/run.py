@@ -27,6 +27,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +44,7 @@ FUZZ_DIR: Final = Path(__file__).resolve().parent
 REPO: Final = FUZZ_DIR.parent
 CORPUS: Final = FUZZ_DIR / "corpus"
 CRASHERS: Final = FUZZ_DIR / "crashers"
-PARSERS: Final = ("burnpack", "safetensors", "pytorch")
+PARSERS: Final = ("burnpack", "safetensors", "pytorch", "set-index", "dcp-index")
 SAVED_PER_SIGNATURE: Final = 2  # inputs kept for one (class, location); the rest only counted
 STATS_EVERY_S: Final = 1.0
 STRUCTURED_SHARE: Final = 0.5  # of mutations: the format-aware mutator; the rest libFuzzer's
@@ -51,6 +52,9 @@ REPLAY_CPU_S: Final = 5  # CPU seconds one input may take through every read pat
 REPLAY_MEMORY_MB: Final = 4096
 MAX_FAILED_STARTS: Final = 5  # workers that die before any input: a broken setup, not a bug
 MAX_LEN: Final = 65_536  # bytes; the seeds are under 10 KB; big inputs only run slower
+# An index attack needs size (10,000 chunks, 40,000 colliding keys: about 1 MB); the mutators
+# make such inputs, and libFuzzer would drop them at 64 KB.
+MAX_INDEX_LEN: Final = 2**21
 
 
 def _slug(text: str) -> str:
@@ -122,17 +126,17 @@ def _instrumented_imports() -> Any:
         for module in pkgutil.walk_packages(weightstore.__path__, "weightstore."):
             if module.name not in _NOT_IMPORTED:
                 importlib.import_module(module.name)
-    from fuzz import mutators, targets
+    from fuzz import index_mutators, mutators, targets
 
-    return atheris, targets, mutators
+    return atheris, targets, {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}
 
 
 def worker_main(args: argparse.Namespace, libfuzzer: list[str]) -> None:
     limit = args.memory_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    atheris, targets, mutators = _instrumented_imports()
+    atheris, targets, mutators_by_parser = _instrumented_imports()
     state = _Worker(args.parser, Path(args.stats), Path(args.crashers))
-    mutate: Callable[[bytes, random.Random], bytes | None] = mutators.MUTATORS[args.parser]
+    mutate: Callable[[bytes, random.Random], bytes | None] = mutators_by_parser[args.parser]
 
     def test_one_input(data: bytes) -> None:
         state.inputs += 1
@@ -227,7 +231,7 @@ def _start(
         f"-runs={runs}",
         f"-timeout={args.timeout}",
         f"-rss_limit_mb={args.rss_mb}",
-        f"-max_len={MAX_LEN}",
+        f"-max_len={MAX_INDEX_LEN if args.parser.endswith('-index') else MAX_LEN}",
         f"-artifact_prefix={Path(args.crashers)}/",
         "-print_final_stats=1",
         "-report_slow_units=100000",  # wall time on a shared machine; timeouts are replayed
@@ -323,7 +327,10 @@ def _remove_scratch(pid: int) -> None:
 
     for folder in {Path("/dev/shm"), Path(tempfile.gettempdir())}:
         for path in folder.glob(scratch_prefix(pid) + "*"):
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():  # an index target's directory
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 @dataclass(slots=True)

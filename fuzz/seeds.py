@@ -4,7 +4,8 @@ Small real files of each format, written by our own writers and by `torch.save`,
 each (dtypes, empty and scalar tensors, metadata, scalars, strided and shared storages, whole
 modules, every PyTorch layout, compressed zip members), so the fuzzer starts from every branch a
 valid file takes. Files go to fuzz/corpus/<parser>/seed-<name>; the whole set stays a few
-hundred KB. Corpus files the fuzzer adds (named by their SHA-1) are left alone.
+hundred KB. The index parsers' seeds are indexes of the directories `fuzz.index_targets` builds.
+Corpus files the fuzzer adds (named by their SHA-1) are left alone.
 """
 
 from __future__ import annotations
@@ -130,10 +131,26 @@ def _pytorch_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def _set_index_seeds() -> dict[str, bytes]:
+    from fuzz.index_targets import seed_indexes
+
+    return seed_indexes("set-index")
+
+
+def _dcp_index_seeds() -> dict[str, bytes]:
+    """DCP indexes of the target's directory; one stores a ``torch.save`` payload as an opaque
+    value, so the symbolic pickle machine is reached from the index too."""
+    from fuzz.index_targets import seed_indexes
+
+    return seed_indexes("dcp-index", opaque=_torch_bytes({"lr": 0.1, "names": ["a"]}))
+
+
 GENERATORS: dict[str, Callable[[], dict[str, bytes]]] = {
     "burnpack": _burnpack_seeds,
     "safetensors": _safetensors_seeds,
     "pytorch": _pytorch_seeds,
+    "set-index": _set_index_seeds,
+    "dcp-index": _dcp_index_seeds,
 }
 
 

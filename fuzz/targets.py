@@ -4,9 +4,11 @@
 format's reader in each read mode (mmap and pread; the PyTorch reader maps only), format
 detection, `get` of every tensor, `get_slice` on the first few, `metadata()`, and the CLI's
 ``inspect`` and ``verify`` in-process. A finding is anything but a `WeightstoreError` escaping a
-reader, a CLI exit code other than 0, 1 or 2 (3 is "internal error"), or a file descriptor or
+reader, a CLI exit code other than 0, 1 or 2 (3 is "internal error"), a failing CLI command
+whose stderr is not one ``weightstore: error:`` line (warnings aside), or a file descriptor or
 mapping of the input left open once everything is closed. `check` raises `Finding` for one;
-the fuzz runner records it and goes on.
+the fuzz runner records it and goes on. The index parsers (``set-index``, ``dcp-index``) run
+through `fuzz.index_targets` instead, with the same findings.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fuzz.index_targets import INDEX_PARSERS, exercise_index
 from weightstore import cli, formats
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import WeightstoreError
 from weightstore.safetensors import SafetensorsReader
 
 __all__ = [
+    "CONTAINER_PARSERS",
     "PARSERS",
     "Finding",
     "check",
@@ -36,9 +40,11 @@ __all__ = [
     "scratch_path",
     "scratch_prefix",
     "signature",
+    "stderr_problem",
 ]
 
-PARSERS: Final = ("burnpack", "safetensors", "pytorch")
+CONTAINER_PARSERS: Final = ("burnpack", "safetensors", "pytorch")
+PARSERS: Final = (*CONTAINER_PARSERS, *INDEX_PARSERS)
 SUFFIX: Final = {"burnpack": ".bpk", "safetensors": ".safetensors", "pytorch": ".pt"}
 SLICED_TENSORS: Final = 3  # get_slice on this many tensors per file; get reads every tensor
 CLI_OK_CODES: Final = frozenset({0, 1, 2})  # ok, different/failed verification, bad input
@@ -175,6 +181,23 @@ def _cli(path: str) -> None:
         if code not in CLI_OK_CODES:
             last = err.getvalue().strip().splitlines()[-1:] or [""]
             raise Finding(f"cli exit {code}", f"weightstore {argv[0]}", last[0][:300])
+        problem = stderr_problem(code, err.getvalue())
+        if problem is not None:
+            raise Finding("cli stderr", f"weightstore {argv[0]}", problem)
+
+
+def stderr_problem(code: int, stderr: str) -> str | None:
+    """What is wrong with what the CLI printed on stderr, or None: a failure (exit 1 or 2) says
+    so in exactly one ``weightstore: error:`` line; any other line is a ``weightstore:
+    warning:`` line (a traceback or a second error is a finding)."""
+    lines = stderr.splitlines()
+    errors = [line for line in lines if line.startswith("weightstore: error: ")]
+    others = [line for line in lines if not line.startswith("weightstore: warning: ")]
+    if code != 0 and (len(errors) != 1 or len(others) != 1):
+        return f"exit {code} with {len(errors)} error lines: {stderr[-300:]!r}"
+    if code == 0 and others:
+        return f"exit 0 with other lines on stderr: {stderr[-300:]!r}"
+    return None
 
 
 @contextlib.contextmanager
@@ -232,6 +255,10 @@ def exercise(parser: str, data: bytes, *, thorough: bool = False) -> None:
 
     `thorough` checks for leaked mappings after every input, not every `_MAPS_EVERY`th.
     """
+    if parser in INDEX_PARSERS:
+        _CALLS[0] += 1
+        exercise_index(parser, data, _cli, thorough or _CALLS[0] % _MAPS_EVERY == 0)
+        return
     path = scratch_path(parser)
     with open(path, "wb") as file:
         file.write(data)

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import mutators, targets
+from fuzz import index_mutators, index_targets, mutators, targets
 from fuzz.run import CORPUS, CRASHERS, PARSERS, REPLAY_CPU_S, replay
 from weightstore import formats, open_reader
+
+MUTATORS = {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,7 +65,33 @@ def test_crasher_raises_only_typed_errors(parser: str, path: Path) -> None:
 # -- seeds and mutators ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parser", PARSERS)
+def test_the_runner_and_the_targets_know_the_same_parsers() -> None:
+    assert PARSERS == targets.PARSERS and set(PARSERS) == set(MUTATORS)
+
+
+@pytest.mark.parametrize("parser", index_targets.INDEX_PARSERS)
+def test_index_seeds_read_cleanly_in_their_directory(parser: str) -> None:
+    seeds = _seeds(parser)
+    assert len(seeds) >= 3, f"no seeds in {CORPUS / parser}; run python -m fuzz.seeds"
+    directory = index_targets.index_directory(parser)
+    for path in seeds:
+        (directory / index_targets.INDEX_NAMES[parser]).write_bytes(path.read_bytes())
+        with open_reader(directory) as reader:
+            assert reader.names(), path.name
+            for name in reader.names():
+                reader.get(name)
+        targets.check(parser, path.read_bytes(), thorough=True)
+
+
+def test_index_directories_hold_every_hostile_neighbour() -> None:
+    directory = index_targets.index_directory("set-index")
+    present = {p.name for p in directory.iterdir()}
+    assert set(index_targets.HOSTILE_NEIGHBOURS) <= present
+    assert (directory / "loop.safetensors").is_symlink()
+    assert (directory / "fifo.safetensors").is_fifo()
+
+
+@pytest.mark.parametrize("parser", targets.CONTAINER_PARSERS)
 def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
     seeds = _seeds(parser)
     assert seeds, f"no seeds in {CORPUS / parser}; run python -m fuzz.seeds"
@@ -78,7 +106,7 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
 
 @pytest.mark.parametrize("parser", PARSERS)
 def test_structured_mutations_change_and_reparse(parser: str) -> None:
-    mutate = mutators.MUTATORS[parser]
+    mutate = MUTATORS[parser]
     for path in _seeds(parser):
         data = path.read_bytes()
         outputs = [mutate(data, random.Random(seed)) for seed in range(20)]
@@ -92,6 +120,20 @@ def test_mutators_decline_what_is_not_their_format() -> None:
     assert mutators.mutate_burnpack(b"NRUB", rng) is None
     assert mutators.mutate_safetensors(b"\x02\x00\x00\x00\x00\x00\x00\x00{x", rng) is None
     assert mutators.mutate_pytorch(b"\xff\xff", rng) is None
+    assert index_mutators.mutate_set_index(b"[1, 2]", rng) is None
+    assert index_mutators.mutate_dcp_index(b"{x", rng) is None
+
+
+def test_cli_stderr_is_one_error_line_on_failure() -> None:
+    error = "weightstore: error: a.safetensors: truncated\n"
+    warning = "weightstore: warning: stray shard\n"
+    assert targets.stderr_problem(2, error) is None
+    assert targets.stderr_problem(2, warning + error) is None
+    assert targets.stderr_problem(0, warning) is None
+    assert targets.stderr_problem(2, "") is not None
+    assert targets.stderr_problem(2, error + error) is not None
+    assert targets.stderr_problem(2, "Traceback (most recent call last):\n" + error) is not None
+    assert targets.stderr_problem(0, "oops\n") is not None
 
 
 @pytest.mark.parametrize("parser", PARSERS)
@@ -102,7 +144,7 @@ def test_mutated_inputs_raise_only_typed_errors(parser: str) -> None:
     for _ in range(60):
         data = rng.choice(corpus)
         for _ in range(rng.randrange(1, 4)):
-            data = mutators.MUTATORS[parser](data, rng) or data
+            data = MUTATORS[parser](data, rng) or data
         try:
             targets.check(parser, data)
         except targets.Finding as finding:
@@ -180,6 +222,9 @@ LIMIT_MODULES = (
     "weightstore.safetensors._layout",
     "weightstore.pytorch_reader._layout",
     "weightstore.container._reader",
+    "weightstore.sets._index",
+    "weightstore.dcp._index",
+    "weightstore.dcp._values",
 )
 
 
