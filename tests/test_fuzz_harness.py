@@ -180,6 +180,9 @@ LIMIT_MODULES = (
     "weightstore.safetensors._layout",
     "weightstore.pytorch_reader._layout",
     "weightstore.container._reader",
+    "weightstore.dcp._index",
+    "weightstore.dcp._tiling",
+    "weightstore.dcp._values",
 )
 
 
