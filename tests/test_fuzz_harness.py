@@ -224,6 +224,7 @@ LIMIT_MODULES = (
     "weightstore.container._reader",
     "weightstore.sets._index",
     "weightstore.dcp._index",
+    "weightstore.dcp._tiling",
     "weightstore.dcp._values",
 )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
+from weightstore.base._render import MAX_INT_BITS, MAX_REPR_SIZE, bounded_int, bounded_repr
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,25 @@ def test_long_text_is_cut_to_the_limit() -> None:
 def test_huge_ints_print_their_size() -> None:
     assert bounded_repr(10**5000) == "<int of 16,610 bits>"  # str() refuses 5,001 digits
     assert bounded_repr(-(2**300)) == "<int of 301 bits>"
+
+
+def test_counts_print_with_separators_until_too_wide() -> None:
+    assert bounded_int(0) == "0" and bounded_int(-1234567) == "-1,234,567"
+    assert bounded_int(2**MAX_INT_BITS - 1) == f"{2**MAX_INT_BITS - 1:,}"  # the widest shown
+    assert bounded_int(2**MAX_INT_BITS) == f"<int of {MAX_INT_BITS + 1} bits>"
+    assert bounded_int(10**5000) == "<int of 16,610 bits>"  # f"{:,}" refuses 5,001 digits
+
+
+def test_errors_print_a_files_huge_numbers_as_their_size() -> None:
+    from weightstore.errors import LimitExceeded, PickleError, RemoteReadError, TruncatedError
+
+    huge = 10**5000
+    assert "size is <int of 16,610 bits>, over the limit of 10" in str(
+        LimitExceeded("size", huge, 10, path="f")
+    )
+    assert "needs <int of 16,610 bits> bytes but only 3" in str(TruncatedError("x", huge, 3))
+    assert "at byte <int of 16,610 bits>" in str(PickleError("bad", offset=huge))
+    assert "reading bytes [<int of" in str(RemoteReadError("u", huge, 1, "why"))
 
 
 def test_cycles_print_as_an_ellipsis() -> None:

@@ -52,7 +52,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
-from weightstore.base._render import bounded_repr
+from weightstore.base._render import bounded_int, bounded_repr
 
 __all__ = [
     "ArchiveError",
@@ -176,7 +176,7 @@ class LimitExceeded(FormatError):
     ) -> None:
         self.what, self.found, self.limit = what, found, limit
         super().__init__(
-            f"{what} is {found:,}, over the limit of {limit:,}; "
+            f"{what} is {bounded_int(found)}, over the limit of {bounded_int(limit)}; "
             "the file is damaged or hostile (raise the limit only for files you trust)",
             path=path,
             tensor=tensor,
@@ -197,7 +197,8 @@ class TruncatedError(FormatError, EOFError):
     ) -> None:
         self.what, self.expected, self.found = what, expected, found
         super().__init__(
-            f"{what} needs {expected:,} bytes but only {found:,} are there; the file is truncated",
+            f"{what} needs {bounded_int(expected)} bytes but only {bounded_int(found)} are there; "
+            "the file is truncated",
             path=path,
             tensor=tensor,
         )
@@ -329,7 +330,8 @@ class RemoteReadError(WeightstoreError, OSError):
     def __init__(self, url: str, offset: int, size: int, reason: str) -> None:
         self.offset, self.size = offset, size
         super().__init__(
-            f"reading bytes [{offset:,}, {offset + size:,}) failed: {reason}", path=url
+            f"reading bytes [{bounded_int(offset)}, {bounded_int(offset + size)}) failed: {reason}",
+            path=url,
         )
 
 
@@ -428,7 +430,7 @@ class PickleError(MetadataError):
         path: str | None = None,
     ) -> None:
         self.offset, self.opcode = offset, opcode
-        where = "" if offset is None else f" at byte {offset:,}"
+        where = "" if offset is None else f" at byte {bounded_int(offset)}"
         what = f"pickle opcode {opcode}{where}" if opcode else f"pickle{where}"
         super().__init__(f"{what}: {detail}", path=path)
 

@@ -13,6 +13,8 @@ import pytest
 from weightstore.dcp._index import (
     DCP_INDEX_NAME,
     MAX_DCP_INDEX_DEPTH,
+    MAX_DIM_SIZE,
+    MAX_DIMS,
     DcpChunk,
     DcpTensor,
     dcp_index_bytes,
@@ -105,6 +107,8 @@ CASES: list[tuple[str, Any, str]] = [
     ("dtype", lambda i: i["tensors"]["w"].update(dtype="F99"), "dtype 'F99'"),
     ("no-numpy-dtype", lambda i: i["tensors"]["w"].update(dtype="QFLOAT"), "dtype 'QFLOAT'"),
     ("shape", lambda i: i["tensors"]["w"].update(shape=[2, -4]), "non-negative"),
+    ("huge-dim", lambda i: i["tensors"]["w"].update(shape=[2, 2**63]), "below 2**63"),
+    ("huge-offset", lambda i: chunk(i, 1).update(offsets=[10**4000, 0]), "below 2**63"),
     ("bool-dim", lambda i: i["tensors"]["w"].update(shape=[True, 4]), "non-negative"),
     ("dims", lambda i: i["tensors"]["w"].update(shape=[1] * 65), "at most 64"),
     ("chunks", lambda i: i["tensors"]["w"].update(chunks={}), '"chunks"'),
@@ -112,8 +116,8 @@ CASES: list[tuple[str, Any, str]] = [
     ("escape", lambda i: chunk(i, 0).update(file="../secret.bpk"), "leaves the directory"),
     ("absolute", lambda i: chunk(i, 0).update(file="/etc/passwd"), "absolute path"),
     ("past-shape", lambda i: chunk(i, 1).update(offsets=[1, 1]), "reaches past"),
-    ("overlap", lambda i: chunk(i, 1).update(offsets=[0, 0]), "overlap"),
-    ("gap", lambda i: i["tensors"]["w"]["chunks"].pop(), "cover 4 of the tensor's 8"),
+    ("overlap", lambda i: chunk(i, 1).update(offsets=[0, 0]), "overlap: element [0, 0] is in 2"),
+    ("gap", lambda i: i["tensors"]["w"]["chunks"].pop(), "gap: element [1, 0] is in none"),
     ("same-name", lambda i: chunk(i, 1).update(file=FILE0, offsets=[1, 0]), "two chunks"),
     ("value-form", lambda i: i["values"].update(lr={"$eval": "1"}), "not one of"),
     ("both", lambda i: i["values"].update(w=1), "both as a tensor and as a value"),
@@ -195,3 +199,50 @@ def test_a_rank_file_linking_outside_is_refused(tmp_path: Path) -> None:
     os.symlink(outside, directory / FILE0)
     with pytest.raises(SetError, match="outside"):
         locate_rank_files(read_dcp_index(directory))
+
+
+# -- shapes NumPy cannot hold, and numbers too wide to print --------------------------------------
+
+
+def index_of(tensors: dict[str, Any], values: dict[str, Any] | None = None) -> bytes:
+    """An index of `tensors` and `values` (their JSON), with the golden index's metadata."""
+    top = json.loads(GOLDEN)
+    top.update(tensors=tensors, values=values or {}, paths={})
+    return json.dumps(top).encode()
+
+
+def empty_tensor(shape: list[int], dtype: str = "F32") -> bytes:
+    return index_of({"w": {"dtype": dtype, "shape": shape, "chunks": []}})
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[0, 2**64], [2**62, 2**62, 0], [10**1000] * 5, [0, 2**61], [0] + [2**62] * 63, [1] * 65],
+    ids=["u64", "product", "digits", "bytes", "wide-product", "dims"],
+)
+def test_a_shape_numpy_cannot_hold_is_refused_even_when_empty(shape: list[int]) -> None:
+    with pytest.raises((SetError, LimitExceeded)) as caught:
+        parse_dcp_index(empty_tensor(shape), "i.json")
+    assert caught.value.tensor == "w" and caught.value.path == "i.json"
+    assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [([0, MAX_DIM_SIZE], "U8"), ([0, MAX_DIM_SIZE // 4], "F32"), ([0] + [1] * 63, "F64")],
+    ids=["dim-limit", "bytes-limit", "dims-limit"],
+)
+def test_an_empty_tensor_at_the_limits_opens_and_reads(
+    shape: list[int], dtype: str, tmp_path: Path
+) -> None:
+    from weightstore.dcp._reader import open_dcp
+
+    assert len(shape) == MAX_DIMS or max(shape) in (MAX_DIM_SIZE, MAX_DIM_SIZE // 4)
+    (tmp_path / DCP_INDEX_NAME).write_bytes(empty_tensor(shape, dtype))
+    with open_dcp(str(tmp_path)) as reader:
+        assert reader.get("w").shape == tuple(shape)
+        assert reader.get_slice("w")[0:0].shape == (0, *shape[1:])
+    with pytest.raises(LimitExceeded):  # one more byte than NumPy holds
+        parse_dcp_index(empty_tensor([0, MAX_DIM_SIZE // 4 + 1]), "i.json")
+    with pytest.raises(SetError, match="below 2"):
+        parse_dcp_index(empty_tensor([0, MAX_DIM_SIZE + 1], "U8"), "i.json")

@@ -16,13 +16,14 @@ import pytest
 
 from weightstore.dcp import _values as _dcp_values
 from weightstore.dcp._values import (
+    MAX_HASH_SHARERS,
     MAX_VALUE_NODES,
     OpaqueValue,
     decode_saved_value,
     from_json,
     to_json,
 )
-from weightstore.errors import SetError
+from weightstore.errors import LimitExceeded, SetError
 
 torch = pytest.importorskip("torch")
 
@@ -172,3 +173,34 @@ def test_a_stored_value_in_another_form_is_refused(form: object, why: str) -> No
     with pytest.raises(SetError, match=why) as caught:
         from_json(form, "cfg.x", os.path.join("ckpt", "dcp.index.json"))
     assert caught.value.tensor == "cfg.x"
+
+
+_COLLIDING = 2**61 - 1  # every multiple of it hashes to 0, as CPython hashes ints
+
+
+@pytest.mark.parametrize("count", [MAX_HASH_SHARERS, MAX_HASH_SHARERS + 1])
+def test_dict_keys_sharing_one_hash_are_bounded(count: int) -> None:
+    form = {"$dict": [[i * _COLLIDING, i] for i in range(1, count + 1)]}
+    if count <= MAX_HASH_SHARERS:
+        assert len(from_json(form, "k", "i.json")) == count  # type: ignore[arg-type]
+        return
+    with pytest.raises(LimitExceeded, match="sharing one hash value") as caught:
+        from_json(form, "opt.state", "i.json")
+    assert caught.value.limit == MAX_HASH_SHARERS and caught.value.tensor == "opt.state"
+
+
+def test_keys_that_never_collide_are_not_counted() -> None:
+    keys: list[object] = [*range(-5_000, 5_000), 2**61 - 2, -(2**61) + 2, *map(str, range(500))]
+    form = {"$dict": [[k, None] for k in keys]}
+    assert list(from_json(form, "k", "i.json")) == keys  # type: ignore[call-overload]
+    # Tuples and floats are counted: (k * m,) tuples collide as their items do.
+    tuples = {"$dict": [[{"$tuple": [i * _COLLIDING]}, 0] for i in range(1, 100)]}
+    with pytest.raises(LimitExceeded):
+        from_json(tuples, "k", "i.json")
+
+
+def test_a_stored_value_holds_at_most_the_node_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_dcp_values, "MAX_VALUE_NODES", 10)  # the rule, at a lower limit
+    assert from_json(list(range(9)), "k", "i.json") == list(range(9))  # 10 values, the list too
+    with pytest.raises(SetError, match="over 10 items"):
+        from_json(list(range(10)), "k", "i.json")

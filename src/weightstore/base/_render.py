@@ -7,7 +7,8 @@ of which `repr` walks), and CPython refuses to print an int of more than 4,300 d
 which visits at most `max_nodes` values, shows at most `MAX_REPR_ITEMS` items of a container and
 `MAX_REPR_DEPTH` levels of nesting, and returns at most `limit` characters, whatever the value.
 Shared references are visited once per path and charged each time, a cycle prints as ``...``,
-and an int of more than `MAX_INT_BITS` bits prints as its size.
+and an int of more than `MAX_INT_BITS` bits prints as its size (as `bounded_int`, which messages
+use for every count and size a file supplied, prints it).
 
     >>> bounded_repr({"lr": 0.1, "steps": list(range(1000))})
     "{'lr': 0.1, 'steps': [0, 1, 2, 3, 4, 5, ... 994 more]}"
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_REPR_NODES",
     "MAX_REPR_SIZE",
     "LeafRenderer",
+    "bounded_int",
     "bounded_repr",
 ]
 
@@ -50,6 +52,18 @@ _Container = (
 LeafRenderer = Callable[[object], "str | None"]
 """A hook for values `bounded_repr` does not know (not a builtin scalar, string or container):
 returns their text, itself bounded, or ``None`` for the default ``<TypeName of N>``."""
+
+
+def bounded_int(value: int) -> str:
+    """`value` with thousands separators (``1,234``), or ``<int of N bits>`` when it is wider
+    than `MAX_INT_BITS`: how every count, size or offset a file supplied appears in a message,
+    since ``f"{value:,}"`` of a file's 5,000-digit int raises `ValueError` instead.
+
+        >>> bounded_int(2**20), bounded_int(-(2**300))
+        ('1,048,576', '<int of 301 bits>')
+    """
+    bits = value.bit_length()
+    return f"{int(value):,}" if bits <= MAX_INT_BITS else f"<int of {bits:,} bits>"
 
 
 def bounded_repr(
@@ -105,7 +119,7 @@ class _Renderer:
             self.emit(repr(value))
         elif isinstance(value, int):
             bits = value.bit_length()
-            self.emit(repr(int(value)) if bits <= MAX_INT_BITS else f"<int of {bits:,} bits>")
+            self.emit(repr(int(value)) if bits <= MAX_INT_BITS else bounded_int(value))
         elif isinstance(value, dict | list | tuple | set | frozenset):
             self.container(value, depth)
         else:

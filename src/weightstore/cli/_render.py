@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from weightstore.base._render import bounded_int
 from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
 from weightstore.cli._report import FileReport, SetSummary, TensorRow
 from weightstore.cli._text import dump_json, plural, printable, shortened
@@ -129,7 +130,8 @@ def _suspicious(scan: Scan | None) -> list[str]:
 def _offset_cell(row: TensorRow) -> str:
     if row.offset is None:
         return ""
-    return f"{row.offset:,}" if row.storage is None else f"{printable(row.storage)}:{row.offset:,}"
+    offset = bounded_int(row.offset)
+    return offset if row.storage is None else f"{printable(row.storage)}:{offset}"
 
 
 def _tensor_lines(report: FileReport) -> list[str]:
@@ -138,7 +140,7 @@ def _tensor_lines(report: FileReport) -> list[str]:
             printable(row.name),
             _dtype_name(row.dtype),
             "[" + ", ".join(map(str, row.shape)) + "]",
-            f"{row.nbytes:,}",
+            bounded_int(row.nbytes),
             _offset_cell(row),
         )
         for row in report.tensors
@@ -151,7 +153,8 @@ def _total(report: FileReport) -> str:
     count = plural(len(report.tensors), "tensor")
     if report.listed_from is not None:
         count += f" (of {report.listed_from:,})"
-    return f"total: {count}, {report.total_numel:,} elements, {report.total_nbytes:,} bytes"
+    numel, nbytes = bounded_int(report.total_numel), bounded_int(report.total_nbytes)
+    return f"total: {count}, {numel} elements, {nbytes} bytes"
 
 
 def _set_lines(summary: SetSummary | None) -> list[str]:

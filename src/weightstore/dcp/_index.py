@@ -29,9 +29,11 @@ qualified name (``model.fc1.weight``; a second chunk of one name on one rank get
 
 Checks before any rank file is opened: the file's size against a limit; UTF-8 JSON with no key
 given twice and no nesting past `MAX_DCP_INDEX_DEPTH`; the shape above; the format key and a
-set id; known dtypes; file names that stay in the directory (the set index's rule); every
-tensor's chunks inside its shape and tiling it exactly (no gap, no overlap), so a tensor put
-together from its chunks never holds bytes no file gave; each (file, name) pair used once; no
+set id; known dtypes; shapes NumPy can make an array of, even an empty one (`MAX_DIM_SIZE`,
+`validate_shape`), so every number checked after stays small; file names that stay in the
+directory (the set index's rule); every tensor's chunks inside its shape and tiling it exactly
+(no gap, no overlap; `_tiling`, near-linear in the chunks), so a tensor put together from its
+chunks never holds bytes no file gave; each (file, name) pair used once; no
 key both a tensor and a value; values in the tagged form. `locate_rank_files` then checks each
 named file is in the directory and large enough for the chunks claimed in it, which bounds
 what a load allocates by what is on disk.
@@ -47,10 +49,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from weightstore.base._record import Record, ValueRecord
-from weightstore.base._render import bounded_repr
+from weightstore.base._render import bounded_int, bounded_repr
+from weightstore.container._reader import validate_shape
 
 # The set index's rules, shared: key uniqueness, nesting, metadata pairs, file-name confinement.
 from weightstore.dcp._names import DCP_INDEX_NAME, is_dcp_checkpoint
+from weightstore.dcp._tiling import CornerBudget, first_miscovered
 from weightstore.dcp._values import from_json, to_json
 from weightstore.dtypes import DType, from_name
 from weightstore.errors import DTypeError, LimitExceeded, SetError
@@ -74,6 +78,8 @@ __all__ = [
     "FORMAT_KEY",
     "FORMAT_VALUE",
     "MAX_DCP_INDEX_DEPTH",
+    "MAX_DIMS",
+    "MAX_DIM_SIZE",
     "RANK_FILE",
     "DcpChunk",
     "DcpIndex",
@@ -106,6 +112,9 @@ MAX_DCP_INDEX_DEPTH: Final = 256
 """Nesting levels an index may have: the schema needs seven, and each level of a stored value
 takes up to three (``{"$dict": [[key, value]]}``)."""
 MAX_DIMS: Final = 64  # dimensions of a tensor; torch allows 64 too
+MAX_DIM_SIZE: Final = 2**63 - 1
+"""A dimension, offset or size in an index: torch and NumPy index with int64, and a bound here
+keeps every sum and product the checks take small (a JSON int may have 4,300 digits)."""
 
 _SHOWN: Final = 60  # characters of a file-supplied name in a message
 
@@ -283,6 +292,7 @@ def _parse_tensors(tensors: dict[str, Any], path: str) -> dict[str, DcpTensor]:
     parsed: dict[str, DcpTensor] = {}
     named: set[tuple[str, str]] = set()  # (file, name): one chunk each
     checked_files: set[str] = set()
+    budget = CornerBudget()
     for fqn, entry in tensors.items():
         tensor = _parse_tensor(fqn, entry, path)
         for chunk in tensor.chunks:
@@ -297,7 +307,7 @@ def _parse_tensors(tensors: dict[str, Any], path: str) -> dict[str, DcpTensor]:
                     shard=chunk.file,
                 )
             named.add((chunk.file, chunk.name))
-        _validate_tiling(fqn, tensor, path)
+        _validate_tiling(fqn, tensor, budget, path)
         parsed[fqn] = tensor
     return parsed
 
@@ -316,6 +326,9 @@ def _parse_tensor(fqn: str, entry: object, path: str) -> DcpTensor:
         shown = bounded_repr(dtype_name, limit=_SHOWN)
         raise SetError(f"dtype {shown} is no dtype a chunk can be read as", path=path, tensor=fqn)
     shape = _ints(entry.get("shape"), "shape", fqn, path)
+    # What NumPy can hold, even of an empty tensor (it counts every non-zero dim's bytes): a
+    # tensor put together or sliced is a NumPy array, made before any chunk is read.
+    validate_shape(shape, dtype, path, fqn)
     chunks = entry.get("chunks")
     if not isinstance(chunks, list):
         raise SetError('"chunks" is not a JSON array', path=path, tensor=fqn)
@@ -342,74 +355,46 @@ def _parse_chunk(fqn: str, chunk: object, ndim: int, path: str) -> DcpChunk:
 
 
 def _ints(value: object, what: str, fqn: str, path: str) -> tuple[int, ...]:
-    """A JSON array of at most `MAX_DIMS` non-negative integers."""
+    """A JSON array of at most `MAX_DIMS` integers in ``[0, MAX_DIM_SIZE]``."""
     if (
         not isinstance(value, list)
         or len(value) > MAX_DIMS
-        or not all(type(item) is int and item >= 0 for item in value)
+        or not all(type(item) is int and 0 <= item <= MAX_DIM_SIZE for item in value)
     ):
         raise SetError(
-            f'"{what}" is not an array of at most {MAX_DIMS} non-negative integers',
+            f'"{what}" is not an array of at most {MAX_DIMS} non-negative integers below 2**63',
             path=path,
             tensor=fqn,
         )
     return tuple(value)
 
 
-def _validate_tiling(fqn: str, tensor: DcpTensor, path: str) -> None:
-    """Refuse chunks that leave the shape, overlap, or leave part of it uncovered."""
+def _validate_tiling(fqn: str, tensor: DcpTensor, budget: CornerBudget, path: str) -> None:
+    """Refuse chunks that leave the shape, overlap, or leave part of it uncovered, naming the
+    first element (row-major) in no chunk or in several."""
     shape = tensor.shape
-    total = 0
     for chunk in tensor.chunks:
         if any(o + s > d for o, s, d in zip(chunk.offsets, chunk.sizes, shape, strict=True)):
             raise SetError(
-                f"chunk at {list(chunk.offsets)} of shape {list(chunk.sizes)} reaches past the "
-                f"tensor's shape {list(shape)}",
+                f"chunk at {bounded_repr(list(chunk.offsets))} of shape "
+                f"{bounded_repr(list(chunk.sizes))} reaches past the tensor's shape "
+                f"{bounded_repr(list(shape))}",
                 path=path,
                 tensor=fqn,
                 shard=chunk.file,
             )
-        total += chunk.numel
-    overlap = _first_overlap(tensor.chunks)
-    if overlap is not None:
-        first, second = overlap
+    boxes = [(chunk.offsets, chunk.sizes) for chunk in tensor.chunks]
+    found = first_miscovered(shape, boxes, budget, path=path, tensor=fqn)
+    if found is not None:
+        element, holders = found
+        shown = bounded_repr(list(element))
         raise SetError(
-            f"chunks at {list(first.offsets)} and {list(second.offsets)} overlap",
+            f"chunks leave a gap: element {shown} is in none of them"
+            if holders == 0
+            else f"chunks overlap: element {shown} is in {holders:,} of them",
             path=path,
             tensor=fqn,
         )
-    numel = math.prod(shape)
-    if total != numel:  # no overlap, so a shortfall is a gap
-        raise SetError(
-            f"chunks cover {total:,} of the tensor's {numel:,} elements",
-            path=path,
-            tensor=fqn,
-        )
-
-
-def _first_overlap(chunks: Sequence[DcpChunk]) -> tuple[DcpChunk, DcpChunk] | None:
-    """Two chunks sharing an element, or None: a sweep along the dimension where the chunks
-    start at the most places, so row- or column-split tensors compare only neighbours."""
-    boxes = [chunk for chunk in chunks if chunk.numel]  # an empty chunk shares nothing
-    if len(boxes) < 2:
-        return None
-    ndim = len(boxes[0].offsets)
-    axis = max(range(ndim), key=lambda a: len({chunk.offsets[a] for chunk in boxes}))
-    boxes.sort(key=lambda chunk: chunk.offsets[axis])
-    active: list[DcpChunk] = []
-    for chunk in boxes:
-        start = chunk.offsets[axis]
-        active = [a for a in active if a.offsets[axis] + a.sizes[axis] > start]
-        for other in active:
-            if all(
-                max(o1, o2) < min(o1 + s1, o2 + s2)
-                for o1, s1, o2, s2 in zip(
-                    chunk.offsets, chunk.sizes, other.offsets, other.sizes, strict=True
-                )
-            ):
-                return other, chunk
-        active.append(chunk)
-    return None
 
 
 def _parse_paths(value: object, path: str) -> dict[str, tuple[str | int, ...]] | None:
@@ -526,8 +511,8 @@ def locate_rank_files(index: DcpIndex) -> dict[str, str]:
         size = os.path.getsize(path)
         if size < claimed[file]:
             raise SetError(
-                f"file is {size:,} bytes, smaller than the {claimed[file]:,} bytes of chunks "
-                "the index puts in it",
+                f"file is {bounded_int(size)} bytes, smaller than the "
+                f"{bounded_int(claimed[file])} bytes of chunks the index puts in it",
                 path=index.path,
                 tensor=first_chunk[file],
                 shard=file,

@@ -39,9 +39,10 @@ from typing import Final
 
 from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
-from weightstore.errors import SetError, WeightstoreError
+from weightstore.errors import LimitExceeded, SetError, WeightstoreError
 
 __all__ = [
+    "MAX_HASH_SHARERS",
     "MAX_VALUE_NODES",
     "MAX_VALUE_SIZE",
     "OpaqueValue",
@@ -57,10 +58,15 @@ MAX_VALUE_NODES: Final = 1_000_000
 one list from many places, and JSON would write it out every time."""
 MAX_VALUE_DEPTH: Final = 64
 """Nesting levels of one value; also stops a value that contains itself."""
+MAX_HASH_SHARERS: Final = 64
+"""Distinct keys of one stored dict with one hash value: ints ``k * (2**61 - 1)`` all hash
+alike, and 40,000 of them made building the dict quadratic (50 s). Strings and bytes hash with
+a per-process random seed and ints below 2**61 in size to themselves, so neither is counted."""
 
 _SCALARS: Final = (bool, int, float, str, bytes)  # exact types: no subclass is plain
 _TAGS: Final = ("$float", "$tuple", "$bytes", "$dict", "$opaque")
 _NON_FINITE: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_HASH_MODULUS: Final = 2**61 - 1  # ints below it in size hash to themselves
 _SHOWN: Final = 80  # characters of a refused value in a message
 
 
@@ -259,51 +265,77 @@ def from_json(value: object, key: str, path: str) -> object:
     Raises:
         SetError: not the tagged form: an object with another key or several keys, a tag
             whose content has the wrong type, bad base64, a dict key that cannot be hashed or
-            is given twice, nesting deeper than `MAX_VALUE_DEPTH`.
+            is given twice, nesting deeper than `MAX_VALUE_DEPTH`, more than `MAX_VALUE_NODES`
+            values (what `decode_saved_value` allows a saved one).
+        LimitExceeded: a dict with more than `MAX_HASH_SHARERS` keys of one hash value.
     """
-    return _decoded(value, key, path, 0)
+    return _decoded(value, key, path, 0, _Budget())
 
 
-def _decoded(value: object, key: str, path: str, depth: int) -> object:
+def _decoded(value: object, key: str, path: str, depth: int, budget: _Budget) -> object:
+    budget.spend(key, path)
     if depth > MAX_VALUE_DEPTH:
         raise SetError(f"value nests deeper than {MAX_VALUE_DEPTH} levels", path=path, tensor=key)
     if value is None or type(value) in (bool, int, float, str):
         return value
     if isinstance(value, list):
-        return [_decoded(item, key, path, depth + 1) for item in value]
+        return [_decoded(item, key, path, depth + 1, budget) for item in value]
     if not isinstance(value, Mapping) or len(value) != 1:
         raise _bad_form(key, path, "an object holds exactly one tag")
     ((tag, content),) = value.items()
     if tag == "$float" and content in _NON_FINITE:
         return _NON_FINITE[content]
     if tag == "$tuple" and isinstance(content, list):
-        return tuple(_decoded(item, key, path, depth + 1) for item in content)
+        return tuple(_decoded(item, key, path, depth + 1, budget) for item in content)
     if tag in ("$bytes", "$opaque") and isinstance(content, str):
         data = _base64(content, key, path)
         return data if tag == "$bytes" else OpaqueValue(data)
     if tag == "$dict" and isinstance(content, list):
-        return _decoded_dict(content, key, path, depth)
+        return _decoded_dict(content, key, path, depth, budget)
     shown = bounded_repr(tag, limit=_SHOWN)
     raise _bad_form(key, path, f"tag {shown} is not one of {', '.join(_TAGS)} with its content")
 
 
-def _decoded_dict(pairs: list[object], key: str, path: str, depth: int) -> dict[object, object]:
+def _decoded_dict(
+    pairs: list[object], key: str, path: str, depth: int, budget: _Budget
+) -> dict[object, object]:
     result: dict[object, object] = {}
+    sharers: dict[int, list[object]] = {}  # hash -> the distinct keys with it, when counted
     for pair in pairs:
         if not isinstance(pair, list) or len(pair) != 2:
             raise _bad_form(key, path, '"$dict" holds [key, value] pairs')
-        item_key = _decoded(pair[0], key, path, depth + 1)
-        try:
-            seen = item_key in result
-        except TypeError:
-            raise _bad_form(
-                key, path, "a dict key is a list or dict, which cannot be hashed"
-            ) from None
-        if seen:
+        item_key = _decoded(pair[0], key, path, depth + 1, budget)
+        _count_sharers(item_key, sharers, key, path)
+        if item_key in result:
             shown = bounded_repr(item_key, limit=_SHOWN)
             raise _bad_form(key, path, f"dict key {shown} is given twice")
-        result[item_key] = _decoded(pair[1], key, path, depth + 1)
+        result[item_key] = _decoded(pair[1], key, path, depth + 1, budget)
     return result
+
+
+def _count_sharers(item_key: object, sharers: dict[int, list[object]], key: str, path: str) -> None:
+    """Refuse a dict key that cannot be hashed, or the key past `MAX_HASH_SHARERS` with one
+    hash value, before it is inserted (each insert compares it with every key of its hash)."""
+    kind = type(item_key)
+    if kind is str or kind is bytes:
+        return
+    if kind is int and -_HASH_MODULUS < item_key < _HASH_MODULUS:  # type: ignore[operator]
+        return
+    try:
+        digest = hash(item_key)
+    except TypeError:
+        raise _bad_form(key, path, "a dict key is a list or dict, which cannot be hashed") from None
+    group = sharers.setdefault(digest, [])
+    if item_key not in group:
+        group.append(item_key)
+        if len(group) > MAX_HASH_SHARERS:
+            raise LimitExceeded(
+                "count of stored dict keys sharing one hash value",
+                len(group),
+                MAX_HASH_SHARERS,
+                path=path,
+                tensor=key,
+            )
 
 
 def _base64(text: str, key: str, path: str) -> bytes:
