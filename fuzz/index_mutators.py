@@ -42,6 +42,7 @@ HOSTILE_NAMES: Final = (
     *HOSTILE_NEIGHBOURS, *HF_SHARDS, *WS_SHARDS,
 )  # fmt: skip
 EDGE_INTS: Final = (0, 1, 2, 3, 4, 7, 2**31, 2**32, 2**62, 2**63 - 1, 2**63, 2**64, -1, 10**30)
+MAX_OUTPUT: Final = 2**21  # characters: the runner's -max_len for the index parsers
 MERSENNE_61: Final = 2**61 - 1  # CPython hashes int k as k mod this: its multiples collide
 
 
@@ -66,9 +67,11 @@ def _encode(tree: Any, rng: Rng) -> bytes | None:
         text = json.dumps(tree, ensure_ascii=rng.random() < 0.5, allow_nan=True)
     except (ValueError, RecursionError, TypeError):
         return None
+    if len(text) > MAX_OUTPUT:
+        return None
     text = mutators._text_extras(text, rng)
-    for digits in mutators.HUGE_DIGITS:
-        text = text.replace(json.dumps(_HUGE.format(digits)), "9" * digits)
+    for digits in mutators.HUGE_DIGITS:  # a few: a list of 100,000 would make gigabytes
+        text = text.replace(json.dumps(_HUGE.format(digits)), "9" * digits, 3)
     return text.encode("utf-8", "surrogatepass")  # a lone surrogate as invalid UTF-8
 
 
@@ -182,10 +185,11 @@ def _edit_chunks(tree: dict[str, Any], rng: Rng) -> None:
     entry, chunks = found
     roll = rng.randrange(9)
     if roll == 0 and chunks:  # overlap
-        chunks.append(dict(chunks[rng.randrange(len(chunks))]))
+        chunk = chunks[rng.randrange(len(chunks))]
+        chunks.append(dict(chunk) if isinstance(chunk, dict) else chunk)
     elif roll == 1 and chunks:  # gap
         chunks.pop(rng.randrange(len(chunks)))
-    elif roll == 2 and chunks and isinstance(chunks[0], dict):
+    elif roll == 2 and chunks:
         chunk = rng.choice(chunks)
         if isinstance(chunk, dict):
             field = rng.choice(("offsets", "sizes"))
@@ -196,10 +200,10 @@ def _edit_chunks(tree: dict[str, Any], rng: Rng) -> None:
                 chunk[field] = [_edge_int(rng)]
     elif roll == 3:
         _many_chunks(entry, chunks, rng)
-    elif roll == 4 and chunks and isinstance(chunks[0], dict):
-        rng.choice(chunks)["file"] = _hostile_name(rng).replace("safetensors", "bpk")
-    elif roll == 5 and chunks and isinstance(chunks[0], dict):
-        rng.choice(chunks)["name"] = rng.choice(("", "missing", "\ud800", "model.w@[4, 3]"))
+    elif roll == 4 and chunks and isinstance(chunk := rng.choice(chunks), dict):
+        chunk["file"] = _hostile_name(rng).replace("safetensors", "bpk")
+    elif roll == 5 and chunks and isinstance(chunk := rng.choice(chunks), dict):
+        chunk["name"] = rng.choice(("", "missing", "\ud800", "model.w@[4, 3]"))
     elif roll == 6:  # a zero dim beside a huge one, and no chunks
         entry["shape"] = rng.choice(
             ([0, 2**64], [2**62, 2**62, 0], [0, _HUGE.format(5000)], [0] * 65)
@@ -239,7 +243,7 @@ def _hostile_value(rng: Rng) -> Any:
             value = {"$tuple": [value]} if rng.random() < 0.5 else [value]
         return value
     if roll == 8:
-        return [_edge_int(rng)] * rng.choice((1, 1000, 100_000))
+        return [rng.choice(EDGE_INTS)] * rng.choice((1, 1000, 100_000))
     return {"$dict": [[_edge_int(rng), "x"], [rng.choice(("1", "-0", "1e3")), None]]}
 
 
