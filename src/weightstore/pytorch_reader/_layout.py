@@ -125,7 +125,10 @@ MAX_EXPANDED_SIZE: Final = 2**32
 strides), so that reading it copies more bytes than the file holds: ``x.expand(2**20, 2**20)``
 of one float is 4 TiB from 4 bytes. Views no bigger than their storage are not limited."""
 
-# Not options: what NumPy and CPython can hold, whatever the caller trusts.
+# Not options: what the format is, what NumPy and CPython can hold, whatever the caller trusts.
+MAX_RECORD_SIZE: Final = 4096
+"""Bytes of a small text record (byteorder, .format_version, .storage_alignment, version,
+.data/serialization_id); torch writes a few bytes in each."""
 # Plain values (NumPy 2's, the floor pyproject pins), equal to `_reader_base`'s MAX_DIMS and
 # MAX_ARRAY_SIZE; not imported from there, so the format registry stays free of readers.
 MAX_NDIM: Final = 64
