@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from tests.pytorch_reader._support import op_global, op_storage, op_str, op_tensor, pickle_of
+from weightstore import cli
 from weightstore.errors import ArchiveError, LimitExceeded
-from weightstore.pytorch_reader import PytorchReader
+from weightstore.pytorch_reader import MAX_CODE_SIZE, PytorchReader
 from weightstore.pytorch_reader._layout import MAX_RECORD_SIZE
+from weightstore.pytorch_reader._torchscript import ClassHeader, parse_class_headers
 
 MIB = 2**20
 PEAK_BOUND = 4 * MIB  # the most one open may add to the heap here: a few 64 KiB chunks
@@ -123,6 +125,93 @@ def names_of(path: Path, **limits: int) -> list[str]:
         return reader.names()
 
 
+# -- TorchScript code ---------------------------------------------------------------------------
+
+
+def test_a_code_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    path = script_zip(tmp_path / "bomb.pt", padded(64 * MIB))  # 64 MiB of newlines in 64 KB
+    assert path.stat().st_size < MIB
+
+    def open_it() -> None:
+        with pytest.raises(LimitExceeded) as caught:
+            PytorchReader(path)
+        error = caught.value
+        assert (error.found, error.limit, error.path) == (64 * MIB, MAX_CODE_SIZE, str(path))
+        assert CODE in error.what and "TorchScript code" in error.what
+
+    assert peak_of(open_it) < PEAK_BOUND
+
+
+def test_code_at_the_limit_is_parsed_as_a_stream(tmp_path: Path) -> None:
+    path = script_zip(tmp_path / "at.pt", padded(MAX_CODE_SIZE))
+    names: list[str] = []
+    assert peak_of(lambda: names.extend(names_of(path))) < PEAK_BOUND
+    assert names == ["w"]
+    over = script_zip(tmp_path / "over.pt", padded(MAX_CODE_SIZE + 1))
+    with pytest.raises(LimitExceeded) as caught:
+        PytorchReader(over)
+    assert (caught.value.found, caught.value.limit) == (MAX_CODE_SIZE + 1, MAX_CODE_SIZE)
+
+
+def test_the_code_limit_is_an_option_and_counts_every_file_read(tmp_path: Path) -> None:
+    root = pickle_of(
+        op_global("__torch__", "Net")
+        + b")\x81}"
+        + op_str("child")
+        + op_global("__torch__.sub", "Child")
+        + b")\x81}"
+        + op_str("v")
+        + op_tensor(op_storage("0", 2), 0, (2,), (1,))
+        + b"sbsb"
+    )
+    net, child = b"class Net(Module):\n", b'class Child(Module):\n  __parameters__ = ["v", ]\n'
+    path = tmp_path / "two.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", root)
+        archive.writestr("archive/data/0", TWO_FLOATS)
+        archive.writestr("archive/code/__torch__.py", net)
+        archive.writestr("archive/code/__torch__/sub.py", child + b"  v : Tensor\n")
+    total = len(net) + len(child) + len(b"  v : Tensor\n")
+    assert names_of(path, max_code_size=total) == ["child.v"]
+    with pytest.raises(LimitExceeded) as caught:
+        PytorchReader(path, max_code_size=total - 1)  # each file alone is under it
+    assert caught.value.found == total
+    assert "archive/code/__torch__/sub.py" in caught.value.what
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_code_that_inflates_past_its_declared_size_is_refused(
+    tmp_path: Path, compression: int
+) -> None:
+    path = script_zip(tmp_path / "liar.pt", padded(64 * MIB), compression=compression)
+    declare_size(path, CODE, len(HEADER))
+
+    def open_it() -> None:
+        with pytest.raises(ArchiveError, match="inflates past the") as caught:
+            PytorchReader(path)
+        assert (caught.value.entry, caught.value.path) == (CODE, str(path))
+
+    assert peak_of(open_it) < bound(compression)
+
+
+def test_headers_split_anywhere_read_the_same() -> None:
+    source = HEADER + b"  def forward(self):\n    w : Tensor\nclass Plain:\n  t : Tensor"
+    whole = parse_class_headers([source], CODE, None)
+    assert whole == {
+        "Net": ClassHeader(True, ("w",), (), frozenset({"w"})),
+        "Plain": ClassHeader(False, (), (), frozenset({"t"})),
+    }
+    assert parse_class_headers((source[i : i + 1] for i in range(len(source))), CODE, None) == (
+        whole
+    )
+
+
+def test_many_lines_of_a_code_file_stay_in_re() -> None:
+    lines = b"x\n" * (MAX_CODE_SIZE // 2)  # top-level statements, each ending no class
+    chunks = (lines[i : i + 2**16] for i in range(0, len(lines), 2**16))
+    assert peak_of(lambda: parse_class_headers(chunks, CODE, None)) < PEAK_BOUND
+
+
 # -- small records and data.pkl -----------------------------------------------------------------
 
 
@@ -182,3 +271,27 @@ def test_a_member_that_ends_early_is_refused(tmp_path: Path, compression: int) -
     with pytest.raises(ArchiveError, match="inflates to 59 of the 60 declared") as caught:
         PytorchReader(path)
     assert caught.value.entry == CODE
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "code"),
+    [
+        (lambda path: script_zip(path, padded(MAX_CODE_SIZE + 1)), 2),
+        (lambda path: script_zip(path, [HEADER]), 0),
+    ],
+    ids=["over", "within"],
+)
+def test_inspect_reports_a_code_bomb_in_one_line(
+    tmp_path: Path, capsys: Any, make: Callable[[Path], Path], code: int
+) -> None:
+    path = make(tmp_path / "code.pt")
+    assert cli.main(["inspect", str(path)]) == code  # 2: the file is refused
+    err = capsys.readouterr().err
+    if code:
+        assert err.count("weightstore: error:") == 1 and len(err.splitlines()) == 1
+        assert "TorchScript code" in err and str(path) in err
+    else:
+        assert "error" not in err

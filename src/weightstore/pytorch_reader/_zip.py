@@ -5,7 +5,7 @@ checked against its limit before a byte is inflated, inflated in bounded chunks 
 CRCs checked), and hands the machine a persistent-id resolver over `ZipStorages`: stored
 ``data/<key>`` entries are views of the mapped file at the payload offset their local header
 gives; compressed ones are inflated once. A TorchScript archive's module graph becomes its state
-dict in `_torchscript`, its code read as text and never run.
+dict in `_torchscript`, its code streamed line by line as text and never run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import mmap
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from weightstore.base._lazy import import_on_first_use
@@ -75,6 +75,7 @@ _ARCHIVE_CHUNK_SIZE = 64 * 1024
 _EXTRA_ROOM = 128  # bytes allowed for a local header's extra field (torch's padding is < 64)
 _PAYLOAD_ALIGNMENT = 64  # torch aligns every stored payload to 64 bytes in the file
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
+_TEXT_CHUNK = 2**16  # bytes of a code/ file inflated at a time
 # Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
 # decompressors add theirs: zlib.error, bz2's OSError, and lzma.LZMAError, which is none of
 # these (a damaged LZMA member's header raises it when zipfile opens the member).
@@ -146,15 +147,8 @@ def _read_zip(
     layout: Layout = "zip"
     if is_torchscript(names, prefix):  # torch.jit.save: the module graph's state dict
         layout = "torchscript"
-        root = _torchscript.module_state(
-            root,
-            lambda name: (
-                records.read(name, limits.max_pickle_size) if prefix + name in names else None
-            ),
-            prefix,
-            limits,
-            path,
-        )
+        code = _CodeBudget(records, limits.max_code_size)
+        root = _torchscript.module_state(root, code.chunks, prefix, limits, path)
     alignment = records.text(ALIGNMENT_RECORD)
     info = ArchiveInfo(
         layout,
@@ -216,6 +210,10 @@ class _ZipRecords:
     ) -> None:
         self._source, self._names, self._prefix, self.path = source, names, prefix, path
 
+    def info(self, name: str) -> zipfile.ZipInfo | None:
+        """The entry `name` (relative to the archive's folder), ``None`` when absent."""
+        return self._names.get(self._prefix + name)
+
     def read(self, name: str, limit: int) -> bytes:
         """Entry `name`, refused before it is inflated when it declares over `limit` bytes.
         `bytes`, as the pickle machine slices keys and strings out of it."""
@@ -224,11 +222,42 @@ class _ZipRecords:
             raise LimitExceeded(f"size of {info.filename}", info.file_size, limit, path=self.path)
         return b"".join(iter_member(self._source, info, self.path, _INFLATE_CHUNK))
 
+    def chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
+        """Entry `info`'s bytes a piece at a time (`_TEXT_CHUNK` bytes at most each), no more
+        than it declares; the caller has checked that size."""
+        return iter_member(self._source, info, self.path, _TEXT_CHUNK)
+
     def text(self, name: str) -> str | None:
         if self._prefix + name not in self._names:
             return None
         data = self.read(name, MAX_RECORD_SIZE)
         return data.decode("ascii", "replace").strip()
+
+
+class _CodeBudget:
+    """A TorchScript archive's code/ files as streams of bytes, all files read together held to
+    ``max_code_size`` bytes: each file's declared size is charged before it is inflated, and
+    `iter_member` refuses a file that inflates past what it declares."""
+
+    def __init__(self, records: _ZipRecords, limit: int) -> None:
+        self._records, self._limit, self._used = records, limit, 0
+
+    def chunks(self, name: str) -> Iterator[bytes] | None:
+        """The bytes of code file `name` (relative to the archive's folder) a piece at a
+        time; ``None`` when the file is absent."""
+        info = self._records.info(name)
+        if info is None:
+            return None
+        found = self._used + info.file_size
+        if found > self._limit:
+            raise LimitExceeded(
+                f"size of TorchScript code, all code/ files read up to {info.filename}",
+                found,
+                self._limit,
+                path=self._records.path,
+            )
+        self._used = found
+        return self._records.chunks(info)
 
 
 class _ChunkedSource:
