@@ -10,6 +10,7 @@ from weightstore import errors, pytorch_reader
 PUBLIC = [
     "DEFAULT_LIMITS",
     "FORMAT",
+    "MAX_CODE_SIZE",
     "MAX_CONTAINER_SIZE",
     "MAX_DEPTH",
     "MAX_EXPANDED_SIZE",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import subprocess
 import sys
 import warnings
@@ -43,7 +44,7 @@ from weightstore.errors import (
     UnsupportedObjectError,
     WeightstoreError,
 )
-from weightstore.pytorch_reader import PytorchReader
+from weightstore.pytorch_reader import MAX_CODE_SIZE, PytorchReader
 from weightstore.pytorch_reader._torchscript import ClassHeader, parse_class_headers
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit is deprecated
@@ -99,7 +100,7 @@ def test_class_headers_are_read_as_text() -> None:
             "  return x",
         ]
     )
-    assert parse_class_headers(source, "code/__torch__.py", None) == {
+    assert parse_class_headers([source.encode()], "code/__torch__.py", None) == {
         "Net": ClassHeader(
             True, ("weight", "bias"), ("mean", "maybe"), frozenset({"weight", "mean", "0"})
         ),
@@ -565,3 +566,30 @@ def test_a_torch_package_stays_refused(tmp_path: Path) -> None:
         exporter_module._gate_torchscript_serialization = gate
     with pytest.raises(UnsupportedFormatError, match=r"torch\.package"):
         PytorchReader(path)
+
+
+@pytest.mark.parametrize("how", ["script", "trace"])
+def test_a_deep_transformer_reads_far_inside_the_code_limit(tmp_path: Path, how: str) -> None:
+    # A traced module gets a class, and a code/ file, per submodule: 48 layers of 256 wide read
+    # 179 KB of code (59 KB scripted). Here 12 narrow layers: the code grows with the layers,
+    # not the width. The limit is for all code/*.py files read together (the .debug_pkl files
+    # beside them are never read), so it must hold 100 of these.
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    model = nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        compiled = (
+            torch.jit.script(model)
+            if how == "script"
+            else torch.jit.trace(model, torch.randn(1, 4, 16))
+        )
+        torch.jit.save(compiled, str(tmp_path / "deep.pt"))
+    with zipfile.ZipFile(tmp_path / "deep.pt") as archive:
+        code = sum(
+            i.file_size for i in archive.infolist() if re.search(r"/code/.*\.py$", i.filename)
+        )
+    assert 100 * code < MAX_CODE_SIZE
+    expected = torch.jit.load(str(tmp_path / "deep.pt")).state_dict()
+    with PytorchReader(tmp_path / "deep.pt") as reader:
+        assert reader.names() == list(expected)

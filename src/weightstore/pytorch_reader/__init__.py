@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from weightstore.base._lazy import lazy_exports
 from weightstore.pytorch_reader._format import FORMAT as FORMAT
 from weightstore.pytorch_reader._layout import DEFAULT_LIMITS as DEFAULT_LIMITS
+from weightstore.pytorch_reader._layout import MAX_CODE_SIZE as MAX_CODE_SIZE
 from weightstore.pytorch_reader._layout import MAX_CONTAINER_SIZE as MAX_CONTAINER_SIZE
 from weightstore.pytorch_reader._layout import MAX_DEPTH as MAX_DEPTH
 from weightstore.pytorch_reader._layout import MAX_EXPANDED_SIZE as MAX_EXPANDED_SIZE
@@ -64,7 +65,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "FORMAT": "weightstore.pytorch_reader._format",
         **dict.fromkeys(
             (
-                "DEFAULT_LIMITS", "MAX_CONTAINER_SIZE", "MAX_DEPTH", "MAX_EXPANDED_SIZE",
+                "DEFAULT_LIMITS", "MAX_CODE_SIZE", "MAX_CONTAINER_SIZE", "MAX_DEPTH",
+                "MAX_EXPANDED_SIZE",
                 "MAX_INFLATED_SIZE", "MAX_MEMO_SIZE", "MAX_NAMES_SIZE", "MAX_NODES",
                 "MAX_PICKLE_SIZE", "MAX_STACK_SIZE", "MAX_STORAGE_COUNT", "Limits",
             ),

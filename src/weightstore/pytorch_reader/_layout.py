@@ -120,12 +120,21 @@ MAX_NAMES_SIZE: Final = 2**26
 references let a file name one tensor many times: 20,000 copies under one 1 MiB key are 20 GB of
 names from a 1 MiB pickle, and a 477-byte list of lists with 2**40 paths to one tensor names it
 at every path (this limit stops that one after some 800,000 names, in seconds)."""
+MAX_CODE_SIZE: Final = 2**24
+"""Bytes of TorchScript source (the code/ files a TorchScript archive's classes are read from),
+all files read from one archive together. The code is text that only declares which attributes
+are parameters and buffers; a scripted 48-layer transformer has 90 KB of it in all, a traced
+one (a class per submodule) 180 KB. Without this bound, a 1 MB archive whose code/ file
+inflates to 1 GB of newlines cost 10 GB of memory to split into lines."""
 MAX_EXPANDED_SIZE: Final = 2**32
 """Bytes of one tensor whose view repeats its storage's elements (stride 0, overlapping
 strides), so that reading it copies more bytes than the file holds: ``x.expand(2**20, 2**20)``
 of one float is 4 TiB from 4 bytes. Views no bigger than their storage are not limited."""
 
-# Not options: what NumPy and CPython can hold, whatever the caller trusts.
+# Not options: what the format is, what NumPy and CPython can hold, whatever the caller trusts.
+MAX_RECORD_SIZE: Final = 4096
+"""Bytes of a small text record (byteorder, .format_version, .storage_alignment, version,
+.data/serialization_id); torch writes a few bytes in each."""
 # Plain values (NumPy 2's, the floor pyproject pins), equal to `_reader_base`'s MAX_DIMS and
 # MAX_ARRAY_SIZE; not imported from there, so the format registry stays free of readers.
 MAX_NDIM: Final = 64
@@ -174,6 +183,7 @@ class Limits(ValueRecord):
     max_inflated_size: int = MAX_INFLATED_SIZE
     max_names_size: int = MAX_NAMES_SIZE
     max_expanded_size: int = MAX_EXPANDED_SIZE
+    max_code_size: int = MAX_CODE_SIZE
 
     def __post_init__(self) -> None:
         for name in self._FIELDS:

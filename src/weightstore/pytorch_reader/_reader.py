@@ -20,6 +20,7 @@ from weightstore.errors import KeyNotFoundError, TensorNotFoundError
 from weightstore.io._source import ReadMode
 from weightstore.pytorch_reader._archive import open_archive
 from weightstore.pytorch_reader._layout import (
+    MAX_CODE_SIZE,
     MAX_CONTAINER_SIZE,
     MAX_DEPTH,
     MAX_EXPANDED_SIZE,
@@ -105,8 +106,8 @@ class PytorchReader:
             (``"model_state_dict"`` in a training checkpoint); names are then relative to it.
         max_pickle_size, max_memo_size, max_stack_size, max_container_size, max_depth,
             max_nodes, max_storage_count, max_inflated_size, max_names_size,
-            max_expanded_size: resource limits (see `Limits`); raise one only for files you
-            trust.
+            max_expanded_size, max_code_size: resource limits (see `Limits`); raise one only
+            for files you trust.
         mode: ``"mmap"`` (default: tensors are views of the mapped file) or ``"pread"``
             (each `get` reads a fresh copy and the reader keeps none, so a pass over every
             tensor holds one at a time: a conversion of a file larger than memory).
@@ -144,6 +145,7 @@ class PytorchReader:
         max_inflated_size: int = MAX_INFLATED_SIZE,
         max_names_size: int = MAX_NAMES_SIZE,
         max_expanded_size: int = MAX_EXPANDED_SIZE,
+        max_code_size: int = MAX_CODE_SIZE,
         mode: ReadMode = "mmap",
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -158,6 +160,7 @@ class PytorchReader:
             max_inflated_size=max_inflated_size,
             max_names_size=max_names_size,
             max_expanded_size=max_expanded_size,
+            max_code_size=max_code_size,
         )
         self.path = os.fspath(path)
         self.top_level_key = top_level_key

@@ -32,6 +32,10 @@ which torch rebuilds by compiling code/. Each class there opens with its declara
 
 and those lines are all this module reads of it, matched as text by regular expressions: the
 code is never compiled, imported or run. torch writes the names between the quotes verbatim.
+A file is streamed: its bytes arrive a chunk at a time, and only lines at column 0 or indented
+exactly two spaces reach Python (method bodies and blank lines are skipped inside `re`), so
+parsing holds one chunk and one line, whatever the file's size; all code/ files read together
+are bounded by ``max_code_size`` (`_zip`).
 Then, as torch's slot policies decide (``ParameterPolicy``, ``BufferPolicy`` and
 ``ModulePolicy`` in ``torch/csrc/jit/api/module.h``):
 
@@ -61,7 +65,7 @@ state are refused with that error at open.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -74,8 +78,9 @@ from weightstore.pytorch_reader._walk import short_repr
 
 __all__ = ["ClassHeader", "EntryReader", "module_state", "parse_class_headers"]
 
-EntryReader = Callable[[str], bytes | None]
-"""The bytes of an archive entry, named relative to ``<archive>/``; ``None`` when absent."""
+EntryReader = Callable[[str], Iterable[bytes] | None]
+"""The bytes of an archive entry, named relative to ``<archive>/``, a chunk at a time; ``None``
+when absent."""
 
 CODE_FOLDER: Final = TORCHSCRIPT_MARKERS[1]  # "code/"
 SCRIPT_ROOT: Final = "__torch__"  # every TorchScript class lives under this module
@@ -89,6 +94,15 @@ _NAME_LIST_START: Final = re.compile(r"  (__parameters__|__buffers__) =")
 _NAME_LIST_LINE: Final = re.compile(r'  (__parameters__|__buffers__) = \[((?:"[^"\n]*", )*)\]')
 _LIST_ITEM: Final = re.compile(r'"([^"\n]*)", ')
 _TENSOR_LINE: Final = re.compile(r'  (?:([A-Za-z_]\w*) : |__annotations__\["([^"\n]*)"\] = )Tensor')
+# The lines that can change a header, searched for in a file's bytes: outside a class, the next
+# class line; inside one, the next top-level statement (which ends the class) or declaration.
+# Blank lines, method bodies and other statements never leave `re`.
+_NEXT_CLASS: Final = re.compile(rb"^class [^\n]*", re.MULTILINE)
+_NEXT_IN_CLASS: Final = re.compile(
+    rb"^(?:[^ \n]|  (?:__parameters__|__buffers__|__annotations__\[|[A-Za-z_]\w* : Tensor$))"
+    rb"[^\n]*",
+    re.MULTILINE,
+)
 
 
 class ClassHeader(ValueRecord):
@@ -107,25 +121,50 @@ class ClassHeader(ValueRecord):
     tensor_typed: frozenset[str] = frozenset()
 
 
-def parse_class_headers(text: str, entry: str, path: str | None) -> dict[str, ClassHeader]:
-    """The classes a code/ file declares, by name, read as text (see the module docstring).
+def parse_class_headers(
+    chunks: Iterable[bytes], entry: str, path: str | None
+) -> dict[str, ClassHeader]:
+    """The classes a code/ file declares, by name, read as text (see the module docstring)
+    from its bytes `chunks`, split anywhere.
 
     Raises:
         ArchiveError: a ``__parameters__`` or ``__buffers__`` line this reader cannot parse.
     """
     headers: dict[str, ClassHeader] = {}
     draft: _Draft | None = None
-    for line in text.split("\n"):
-        if line[:1] not in ("", " "):  # a top-level statement ends the class before it
-            if draft is not None:
-                headers[draft.name] = draft.finish()
-            match = _CLASS_LINE.fullmatch(line)
-            draft = None if match is None else _Draft(match[1], match[2] == "Module")
-        elif draft is not None and line.startswith("  ") and not line.startswith("   "):
-            draft.read(line, entry, path)
+    for block in _whole_lines(chunks):
+        position = 0
+        while found := (_NEXT_CLASS if draft is None else _NEXT_IN_CLASS).search(block, position):
+            position = found.end() + 1  # past its newline
+            line = found[0].decode("utf-8", "replace")  # only ASCII lines matter; names compare
+            if line[0] != " ":  # a top-level statement ends the class before it
+                if draft is not None:
+                    headers[draft.name] = draft.finish()
+                match = _CLASS_LINE.fullmatch(line)
+                draft = None if match is None else _Draft(match[1], match[2] == "Module")
+            elif draft is not None:
+                draft.read(line, entry, path)
     if draft is not None:
         headers[draft.name] = draft.finish()
     return headers
+
+
+def _whole_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The text in `chunks` as blocks of whole lines (without the last newline of each);
+    holds one chunk and one line at a time."""
+    pending: list[bytes] = []  # the start of a line that continues in the next chunk
+    for chunk in chunks:
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            pending.append(chunk)
+            continue
+        yield b"".join([*pending, chunk[:end]]) if pending else chunk[:end]
+        pending = [chunk[end + 1 :]]
+    yield b"".join(pending)
+
+
+_MODULE_WITHOUT_DECLARATIONS: Final = ClassHeader(True)
+_CLASS_WITHOUT_DECLARATIONS: Final = ClassHeader(False)
 
 
 @dataclass(slots=True)
@@ -153,6 +192,8 @@ class _Draft:
             self.tensor_typed.add(typed[1] if typed[1] is not None else typed[2])
 
     def finish(self) -> ClassHeader:
+        if not self.names and not self.tensor_typed:  # one record for all such classes
+            return _MODULE_WITHOUT_DECLARATIONS if self.is_module else _CLASS_WITHOUT_DECLARATIONS
         return ClassHeader(
             self.is_module,
             self.names.get("__parameters__", ()),
@@ -169,7 +210,8 @@ def module_state(
 
     Raises:
         ArchiveError: `root` is no TorchScript module, or a class it uses has no source.
-        LimitExceeded: modules nest deeper than ``limits.max_depth``.
+        LimitExceeded: modules nest deeper than ``limits.max_depth``; `read_entry` raises it
+            for code past ``limits.max_code_size``.
         UnsupportedObjectError: a module restored by its own ``__setstate__`` holds submodules.
     """
     classes = _ClassTable(read_entry, prefix, path)
@@ -210,15 +252,14 @@ class _ClassTable:
         headers = self._files.get(module)
         if headers is None:
             entry = _source_entry(module)
-            data = self._read_entry(entry)
-            if data is None:
+            chunks = self._read_entry(entry)
+            if chunks is None:
                 raise ArchiveError(
                     f"is missing, and data.pkl uses classes of {short_repr(module, _SHOWN_LEN)}",
                     entry=self._prefix + entry,
                     path=self._path,
                 )
-            text = data.decode("utf-8", "replace")  # only ASCII lines matter; names compare
-            headers = parse_class_headers(text, self._prefix + entry, self._path)
+            headers = parse_class_headers(chunks, self._prefix + entry, self._path)
             self._files[module] = headers
         return headers
 

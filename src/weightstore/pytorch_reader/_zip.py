@@ -1,10 +1,11 @@
 """The zip layout (torch >= 1.6; see `_layout`): records under one ``<archive>/`` folder.
 
-`load_zip` refuses torch.package archives, reads the small records and ``data.pkl`` through
-zipfile (so their CRCs are checked), and hands the machine a persistent-id resolver over
-`ZipStorages`: stored ``data/<key>`` entries are views of the mapped file at the payload offset
-their local header gives; compressed ones are inflated once. A TorchScript archive's module
-graph becomes its state dict in `_torchscript`, its code read as text and never run.
+`load_zip` refuses torch.package archives, reads the small records and ``data.pkl`` (each
+checked against its limit before a byte is inflated, inflated in bounded chunks by `_inflate`,
+CRCs checked), and hands the machine a persistent-id resolver over `ZipStorages`: stored
+``data/<key>`` entries are views of the mapped file at the payload offset their local header
+gives; compressed ones are inflated once. A TorchScript archive's module graph becomes its state
+dict in `_torchscript`, its code streamed line by line as text and never run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import mmap
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from weightstore.base._lazy import import_on_first_use
@@ -24,16 +25,17 @@ from weightstore.errors import (
     DescriptorError,
     LimitExceeded,
     MissingStorageError,
+    TruncatedError,
     UnsupportedFormatError,
 )
 from weightstore.io._source import ByteSource, MmapSource, SourceFile
+from weightstore.pytorch_reader._inflate import iter_member, payload_offset, read_member
 from weightstore.pytorch_reader._layout import (
     ALIGNMENT_RECORD,
     BYTEORDER_RECORD,
     DATA_PKL,
     FORMAT_VERSION_RECORD,
-    LZMA_PROPERTIES,
-    MAX_LZMA_DICTIONARY_SIZE,
+    MAX_RECORD_SIZE,
     SERIALIZATION_ID_RECORD,
     STORAGE_FOLDER,
     TORCH_PACKAGE_MARKER,
@@ -64,8 +66,6 @@ __all__ = [
     "ZipStorages",
     "is_torchscript",
     "load_zip",
-    "payload_offset",
-    "validate_lzma_dictionary",
 ]
 
 _INFLATE_CHUNK = 2**24  # bytes inflated per read
@@ -75,7 +75,7 @@ _ARCHIVE_CHUNK_SIZE = 64 * 1024
 _EXTRA_ROOM = 128  # bytes allowed for a local header's extra field (torch's padding is < 64)
 _PAYLOAD_ALIGNMENT = 64  # torch aligns every stored payload to 64 bytes in the file
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
-_SMALL_RECORD_SIZE = 4096  # bytes; the text records (byteorder, version, ...) are a few bytes
+_TEXT_CHUNK = 2**16  # bytes of a code/ file inflated at a time
 # Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
 # decompressors add theirs: zlib.error, bz2's OSError, and lzma.LZMAError, which is none of
 # these (a damaged LZMA member's header raises it when zipfile opens the member).
@@ -101,27 +101,34 @@ def load_zip(source: ByteSource, limits: Limits, storage_source: ByteSource) -> 
     are read from `storage_source`, see `ZipStorages`). A mapped file is opened by zipfile
     by its path; any other source (a URL's) through a `SourceFile`, whose chunks make the
     directory at the end and the small records beside it one read each."""
+    records_source: ByteSource = source
     try:
         if isinstance(source, MmapSource):
             archive = zipfile.ZipFile(source.name)
         else:
-            archive = zipfile.ZipFile(SourceFile(source, _ARCHIVE_CHUNK_SIZE))
+            chunked = SourceFile(source, _ARCHIVE_CHUNK_SIZE)
+            archive = zipfile.ZipFile(chunked)
+            records_source = _ChunkedSource(source, chunked)
     except _ZIP_ERRORS as err:
         raise ArchiveError(f"damaged zip archive: {clip(str(err))}", path=source.name) from err
     try:
-        return _read_zip(source, archive, limits, storage_source)
+        return _read_zip(source, records_source, archive, limits, storage_source)
     except BaseException:
         archive.close()
         raise
 
 
 def _read_zip(
-    source: ByteSource, archive: zipfile.ZipFile, limits: Limits, storage_source: ByteSource
+    source: ByteSource,
+    records_source: ByteSource,
+    archive: zipfile.ZipFile,
+    limits: Limits,
+    storage_source: ByteSource,
 ) -> Loaded:
     path = str(source.name)  # a file's path or a URL: sources of archives always have one
     names = {info.filename: info for info in archive.infolist()}
     prefix = _zip_prefix(list(names), path)
-    records = _ZipRecords(source, archive, names, prefix, path)
+    records = _ZipRecords(records_source, names, prefix, path)
     byte_order = records.text(BYTEORDER_RECORD) or "little"
     if byte_order not in ("little", "big"):
         raise ArchiveError(
@@ -140,15 +147,8 @@ def _read_zip(
     layout: Layout = "zip"
     if is_torchscript(names, prefix):  # torch.jit.save: the module graph's state dict
         layout = "torchscript"
-        root = _torchscript.module_state(
-            root,
-            lambda name: (
-                records.read(name, limits.max_pickle_size) if prefix + name in names else None
-            ),
-            prefix,
-            limits,
-            path,
-        )
+        code = _CodeBudget(records, limits.max_code_size)
+        root = _torchscript.module_state(root, code.chunks, prefix, limits, path)
     alignment = records.text(ALIGNMENT_RECORD)
     info = ArchiveInfo(
         layout,
@@ -202,33 +202,91 @@ def _zip_prefix(names: list[str], path: str) -> str:
 
 
 class _ZipRecords:
-    """The archive's small records, read through zipfile (so CRCs are checked)."""
+    """The archive's records: each checked against its limit by its declared size before a
+    byte is inflated, then inflated in bounded chunks (`_inflate`), its CRC checked."""
 
     def __init__(
-        self,
-        source: ByteSource,
-        archive: zipfile.ZipFile,
-        names: dict[str, zipfile.ZipInfo],
-        prefix: str,
-        path: str,
+        self, source: ByteSource, names: dict[str, zipfile.ZipInfo], prefix: str, path: str
     ) -> None:
-        self._source, self._archive, self._names = source, archive, names
-        self._prefix, self._path = prefix, path
+        self._source, self._names, self._prefix, self.path = source, names, prefix, path
+
+    def info(self, name: str) -> zipfile.ZipInfo | None:
+        """The entry `name` (relative to the archive's folder), ``None`` when absent."""
+        return self._names.get(self._prefix + name)
 
     def read(self, name: str, limit: int) -> bytes:
+        """Entry `name`, refused before it is inflated when it declares over `limit` bytes.
+        `bytes`, as the pickle machine slices keys and strings out of it."""
         info = self._names[self._prefix + name]
         if info.file_size > limit:
-            raise LimitExceeded(f"size of {info.filename}", info.file_size, limit, path=self._path)
-        validate_lzma_dictionary(self._source, info, self._path)
-        try:
-            return self._archive.read(info)
-        except _ZIP_ERRORS as err:
-            raise ArchiveError(clip(str(err)), entry=info.filename, path=self._path) from err
+            raise LimitExceeded(f"size of {info.filename}", info.file_size, limit, path=self.path)
+        return b"".join(iter_member(self._source, info, self.path, _INFLATE_CHUNK))
+
+    def chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
+        """Entry `info`'s bytes a piece at a time (`_TEXT_CHUNK` bytes at most each), no more
+        than it declares; the caller has checked that size."""
+        return iter_member(self._source, info, self.path, _TEXT_CHUNK)
 
     def text(self, name: str) -> str | None:
         if self._prefix + name not in self._names:
             return None
-        return self.read(name, _SMALL_RECORD_SIZE).decode("ascii", "replace").strip()
+        data = self.read(name, MAX_RECORD_SIZE)
+        return data.decode("ascii", "replace").strip()
+
+
+class _CodeBudget:
+    """A TorchScript archive's code/ files as streams of bytes, all files read together held to
+    ``max_code_size`` bytes: each file's declared size is charged before it is inflated, and
+    `iter_member` refuses a file that inflates past what it declares."""
+
+    def __init__(self, records: _ZipRecords, limit: int) -> None:
+        self._records, self._limit, self._used = records, limit, 0
+
+    def chunks(self, name: str) -> Iterator[bytes] | None:
+        """The bytes of code file `name` (relative to the archive's folder) a piece at a
+        time; ``None`` when the file is absent."""
+        info = self._records.info(name)
+        if info is None:
+            return None
+        found = self._used + info.file_size
+        if found > self._limit:
+            raise LimitExceeded(
+                f"size of TorchScript code, all code/ files read up to {info.filename}",
+                found,
+                self._limit,
+                path=self._records.path,
+            )
+        self._used = found
+        return self._records.chunks(info)
+
+
+class _ChunkedSource:
+    """A `ByteSource` over the `SourceFile` zipfile reads a remote archive through, so that
+    the small records beside the directory come from the blocks it already holds."""
+
+    def __init__(self, source: ByteSource, chunked: SourceFile) -> None:
+        self._source, self._chunked = source, chunked
+
+    @property
+    def name(self) -> str | None:
+        return self._source.name
+
+    @property
+    def size(self) -> int:
+        return self._source.size
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        if offset < 0 or size < 0 or offset + size > self.size:
+            found = max(0, self.size - max(offset, 0))
+            raise TruncatedError(what, size, found, path=self.name, tensor=tensor)
+        self._chunked.seek(offset)
+        data = self._chunked.read(size) or b""
+        if len(data) != size:
+            raise TruncatedError(what, size, len(data), path=self.name, tensor=tensor)
+        return memoryview(data)
+
+    def close(self) -> None:
+        """Nothing to release: the source is closed by its owner."""
 
 
 class ZipStorages(StorageSource):
@@ -367,48 +425,4 @@ class ZipStorages(StorageSource):
         return payload_offset(self._source, info, self.path)
 
     def _inflate(self, info: zipfile.ZipInfo) -> bytearray:
-        validate_lzma_dictionary(self._source, info, self.path)
-        buffer = bytearray(info.file_size)
-        try:
-            with self._archive.open(info) as entry:
-                done = 0
-                while done < len(buffer):
-                    chunk = entry.read(min(len(buffer) - done, _INFLATE_CHUNK))
-                    if not chunk:
-                        raise EOFError(f"inflated to {done:,} of {len(buffer):,} bytes")
-                    buffer[done : done + len(chunk)] = chunk
-                    done += len(chunk)
-                entry.read(1)  # reaching the end makes zipfile check the CRC
-        except _ZIP_ERRORS as err:
-            raise ArchiveError(clip(str(err)), entry=info.filename, path=self.path) from err
-        return buffer
-
-
-def payload_offset(source: ByteSource, info: zipfile.ZipInfo, path: str | None) -> int:
-    """Where an entry's (compressed) bytes start: after its local header, name and extra."""
-    header = source.read(
-        info.header_offset, ZIP_LOCAL_HEADER_SIZE, f"local header of {info.filename}", None
-    )
-    signature, name_size, extra_size = ZIP_LOCAL_HEADER.unpack(header)
-    if signature != ZIP_MAGIC:
-        raise ArchiveError("local header has a bad signature", entry=info.filename, path=path)
-    return int(info.header_offset + ZIP_LOCAL_HEADER_SIZE + name_size + extra_size)
-
-
-def validate_lzma_dictionary(source: ByteSource, info: zipfile.ZipInfo, path: str | None) -> None:
-    """Refuse an LZMA entry whose declared dictionary is over `MAX_LZMA_DICTIONARY_SIZE`,
-    before the decompressor allocates it (it would, even for a 1-byte entry)."""
-    if info.compress_type != zipfile.ZIP_LZMA:
-        return
-    start = payload_offset(source, info, path)
-    properties = source.read(
-        start, LZMA_PROPERTIES.size, f"LZMA properties of {info.filename}", None
-    )
-    _, _, dictionary_size = LZMA_PROPERTIES.unpack(properties)
-    if dictionary_size > MAX_LZMA_DICTIONARY_SIZE:  # no LZMA preset uses more: damaged
-        raise ArchiveError(
-            f"the LZMA dictionary is {dictionary_size:,} bytes, over the "
-            f"{MAX_LZMA_DICTIONARY_SIZE:,} any LZMA preset uses; the entry is damaged or hostile",
-            entry=info.filename,
-            path=path,
-        )
+        return read_member(self._source, info, self.path, _INFLATE_CHUNK)
