@@ -77,6 +77,15 @@ def _torch_bytes(obj: Any, **options: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _torchscript(module: Any) -> bytes:
+    """A scripted module's archive: its code/ members are what the class-header parser reads."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(module), buffer)
+    return buffer.getvalue()
+
+
 def _rezip(data: bytes, compression: int) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as old, zipfile.ZipFile(out, "w") as new:
@@ -124,6 +133,7 @@ def _pytorch_seeds() -> dict[str, bytes]:
         "tar": _tar(np.arange(6, dtype="<f4")),
         "pickle": pickle.dumps({"plain": [1, 2.5, "x", None, (True,)]}, protocol=2),
     }
+    seeds["torchscript"] = _torchscript(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
     state = seeds["state_dict"]
     seeds["deflate"] = _rezip(state, zipfile.ZIP_DEFLATED)
     seeds["bzip2"] = _rezip(state, zipfile.ZIP_BZIP2)
