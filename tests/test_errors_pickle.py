@@ -20,6 +20,8 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.UnsupportedVersionError(9, 1, path="new.bpk"),
     errors.FileMissingError("absent.safetensors"),
     errors.PathIsDirectoryError("some/dir"),
+    errors.FileMissingError("bad\ud800.safetensors", "holds U+D800"),
+    errors.NotAFileError("model.safetensors", "a FIFO"),
     errors.InvalidOptionError("bad regex", option="filter", format="burnpack"),
     errors.SetError("shard missing", path="idx.json", tensor="w", shard="model-1.safetensors"),
     errors.SetMismatchError("other save", path="idx.json", shard="s.safetensors"),

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import MetadataError as MetadataError
     from weightstore.errors import MissingStorageError as MissingStorageError
     from weightstore.errors import ModuleTypeNeededError as ModuleTypeNeededError
+    from weightstore.errors import NotAFileError as NotAFileError
     from weightstore.errors import PathIsDirectoryError as PathIsDirectoryError
     from weightstore.errors import PickleError as PickleError
     from weightstore.errors import RemapCollisionError as RemapCollisionError
@@ -107,7 +108,8 @@ _EXPORTS: dict[str, str] = {
             "ArchiveError", "DTypeError", "DescriptorError", "DestinationExistsError",
             "EntryError", "FileMissingError", "FormatError", "HeaderError", "InvalidOptionError",
             "KeyNotFoundError", "LimitExceeded", "LoadFailedError", "MetadataError",
-            "MissingStorageError", "ModuleTypeNeededError", "PathIsDirectoryError",
+            "MissingStorageError", "ModuleTypeNeededError", "NotAFileError",
+            "PathIsDirectoryError",
             "PickleError", "RemapCollisionError",
             "RemoteReadError", "SaveFailedError", "SetError", "SetMismatchError", "SetWarning",
             "SliceError", "SnapshotLoadError", "TensorNotFoundError", "TruncatedError",

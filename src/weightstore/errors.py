@@ -30,6 +30,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── RemoteReadError (OSError)           a range request for a remote object's bytes failed
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
+    ├── NotAFileError (OSError)             a FIFO, socket, device or symlink loop, not a file
     ├── SliceError (IndexError)             a slice index out of range or of a kind not supported
     ├── SnapshotLoadError (RuntimeError)    a snapshot's source failed or gave the wrong shape
     └── LoadFailedError (ValueError)        a load broke one of its rules; `result` is the report
@@ -70,6 +71,7 @@ __all__ = [
     "MetadataError",
     "MissingStorageError",
     "ModuleTypeNeededError",
+    "NotAFileError",
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
@@ -344,10 +346,14 @@ class FileMissingError(WeightstoreError, FileNotFoundError):
 
     Attributes:
         path: the file that was looked for (after the format's extension rule).
+        reason: why no file can be there, when the name itself says so (it holds a NUL or a
+            character the filesystem encoding cannot encode); None for a plain missing file.
     """
 
-    def __init__(self, path: str) -> None:
-        super().__init__("does not exist", path=path)
+    def __init__(self, path: str, reason: str | None = None) -> None:
+        self.reason = reason
+        detail = "does not exist" if reason is None else f"cannot exist: the name {reason}"
+        super().__init__(detail, path=path)
         self.errno, self.strerror, self.filename = errno.ENOENT, self.detail, path
 
 
@@ -369,6 +375,29 @@ class PathIsDirectoryError(WeightstoreError, IsADirectoryError):
             path=path,
         )
         self.errno, self.strerror, self.filename = errno.EISDIR, self.detail, path
+
+
+class NotAFileError(WeightstoreError, OSError):
+    """A path names something other than a regular file where one file is expected: a FIFO
+    (opening it would wait for a writer forever), a socket, a device, a symlink loop.
+    Refused before it is opened (`weightstore.io._local`); a directory has its own error,
+    `PathIsDirectoryError`.
+
+    `filename` is set as the builtin's is (the path); `errno` is ``ELOOP`` for a symlink
+    loop, else None (no system error was raised: the file was never opened).
+
+    Attributes:
+        path: the path as given.
+        kind: what is there instead (``"a FIFO"``, ``"a socket"``, ``"a character device"``,
+            ``"a block device"``, ``"a symlink loop"``).
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"is {kind}, not a file", path=path)
+        loop = kind == "a symlink loop"
+        self.errno = errno.ELOOP if loop else None
+        self.strerror, self.filename = self.detail, path
 
 
 class RemapCollisionError(WeightstoreError, ValueError):

@@ -20,19 +20,24 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._record import ValueRecord
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import FileMissingError, UnsupportedFormatError
 from weightstore.formats import FORMATS, detect_format_of_bytes, format_for_path, read_probe
 from weightstore.io import is_url
+from weightstore.io._local import BROKEN_SYMLINK, DIRECTORY, MISSING, kind_at, unencodable
 
 if TYPE_CHECKING:
     from weightstore.container._format import TensorReader
     from weightstore.io._source import ByteSource
 
 __all__ = ["Kind", "Location", "locate", "open_located", "open_reader", "reading_format"]
+
+# What `kind_at` may find at a candidate file that leaves nothing there to probe (a save
+# target); anything else is opened, and the open refuses what is no regular file by name.
+_NOTHING_TO_PROBE: Final = frozenset({MISSING, BROKEN_SYMLINK, DIRECTORY})
 
 
 class Kind(str, enum.Enum):
@@ -108,7 +113,7 @@ def reading_format(location: Location) -> ContainerFormat:
         UnsupportedFormatError: as `Location.require_format`.
     """
     if location.kind is Kind.MISSING and not _is_directory(location.path):
-        raise FileMissingError(location.path)
+        raise _missing(location.path)
     return location.require_format()
 
 
@@ -196,7 +201,7 @@ def open_located(
                 if fmt is None:
                     location.require_format()  # the directory holds no set of any format
                 _open_set(path, fmt, variant, options, storage_options)  # raises: no set
-            raise FileMissingError(path)
+            raise _missing(path)
         chosen = fmt if fmt is not None else location.require_format()
         if location.kind is Kind.DCP:
             from weightstore.dcp._reader import open_dcp
@@ -266,7 +271,7 @@ def _locate(
             if found is not None or is_dir:
                 return found or Location(path, Kind.MISSING, None, False), None
     for candidate in candidates:
-        if os.path.isfile(candidate):
+        if kind_at(candidate) not in _NOTHING_TO_PROBE:  # a FIFO, a loop: the probe refuses it
             return _probed(candidate, keep)
     return Location(path, Kind.MISSING, format_for_path(path), False), None
 
@@ -375,6 +380,11 @@ def _locate_url(
     if found is not None:
         return found
     return Location(url, Kind.MISSING, format_for_path(url), True)
+
+
+def _missing(path: str) -> FileMissingError:
+    """The error for nothing at `path`, saying why when its name can name no file."""
+    return FileMissingError(path, None if is_url(path) else unencodable(path))
 
 
 def _is_directory(path: str) -> bool:

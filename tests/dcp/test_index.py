@@ -115,6 +115,7 @@ CASES: list[tuple[str, Any, str]] = [
     ("chunk-rank", lambda i: chunk(i, 0).update(offsets=[0]), "1 offsets"),
     ("escape", lambda i: chunk(i, 0).update(file="../secret.bpk"), "leaves the directory"),
     ("absolute", lambda i: chunk(i, 0).update(file="/etc/passwd"), "absolute path"),
+    ("surrogate", lambda i: chunk(i, 0).update(file="rank-\ud800.bpk"), "lone surrogate"),
     ("past-shape", lambda i: chunk(i, 1).update(offsets=[1, 1]), "reaches past"),
     ("overlap", lambda i: chunk(i, 1).update(offsets=[0, 0]), "overlap: element [0, 0] is in 2"),
     ("gap", lambda i: i["tensors"]["w"]["chunks"].pop(), "gap: element [1, 0] is in none"),
@@ -246,3 +247,16 @@ def test_an_empty_tensor_at_the_limits_opens_and_reads(
         parse_dcp_index(empty_tensor([0, MAX_DIM_SIZE // 4 + 1]), "i.json")
     with pytest.raises(SetError, match="below 2"):
         parse_dcp_index(empty_tensor([0, MAX_DIM_SIZE + 1], "U8"), "i.json")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
+@pytest.mark.parametrize("kind", ["a FIFO", "a symlink loop"])
+def test_a_rank_file_that_is_a_special_file_is_refused(tmp_path: Path, kind: str) -> None:
+    os.unlink(_checkpoint(tmp_path) / FILE1)
+    if kind == "a FIFO":
+        os.mkfifo(tmp_path / FILE1)
+    else:
+        os.symlink(FILE1, tmp_path / FILE1)
+    with pytest.raises(SetError, match=f"is {kind}, not a file") as caught:
+        locate_rank_files(read_dcp_index(tmp_path))
+    assert caught.value.shard == FILE1

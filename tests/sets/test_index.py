@@ -216,6 +216,11 @@ HOSTILE_NAMES = {
     "nul": ("x.safetensors\0.txt", "NUL"),
     "empty-segment": ("sub//x.safetensors", "empty or '.' segment"),
     "dot-segment": ("./x.safetensors", "empty or '.' segment"),
+    # JSON's \ud800 escape decodes to a lone surrogate, on which every os call raises; the
+    # surrogateescape range (a byte that is not UTF-8) is refused too: an index is UTF-8 text
+    "lone-surrogate": ("\ud800.safetensors", r"lone surrogate \(U\+D800\)"),
+    "escaped-byte": ("\udcff.safetensors", r"lone surrogate \(U\+DCFF\)"),
+    "surrogate-folder": ("sub\udbff/x.safetensors", "lone surrogate"),
 }
 
 
@@ -230,6 +235,28 @@ def test_a_shard_name_outside_the_directory_is_refused(case: str) -> None:
         "w",
         shard,
     )
+
+
+@pytest.mark.parametrize("shard", ["\ud800.safetensors", "sub\udfff/x.safetensors"])
+def test_a_shard_name_no_file_can_have_is_refused_through_every_opener(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: str
+) -> None:
+    from weightstore import Store, open_reader
+    from weightstore.cli import main
+
+    index = write_hand_set(tmp_path, split_in_two(tensors()))
+    weight_map = json.loads(index.read_text())["weight_map"]
+    weight_map["layers.3.weight"] = shard
+    write_hand_set(tmp_path, {}, weight_map=weight_map)
+    for opener in (open_reader, lambda p: Store.from_file(p).keys()):
+        for path in (tmp_path, index):
+            with pytest.raises(SetError, match="lone surrogate") as caught:
+                opener(path)
+            assert (caught.value.path, caught.value.tensor) == (str(index), "layers.3.weight")
+    for command in (["inspect"], ["inspect", "--json"], ["verify"]):
+        assert main([*command, str(tmp_path)]) == 2, command  # 3 was "internal error"
+        err = capsys.readouterr().err
+        assert err.count("weightstore: error:") == 1 and "internal error" not in err, err
 
 
 def test_a_shard_in_a_subfolder_is_allowed() -> None:
@@ -270,8 +297,23 @@ def test_a_shard_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     index = write_hand_set(tmp_path, split_in_two(tensors()))
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     (tmp_path / "model-00002-of-00002.safetensors").mkdir()
-    with pytest.raises(SetError, match="is not a file"):
+    with pytest.raises(SetError, match="is a directory, not a file"):
         locate_shards(read_index(index))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
+@pytest.mark.parametrize("kind", ["a FIFO", "a symlink loop"])
+def test_a_shard_that_is_a_special_file_is_refused_by_what_it_is(tmp_path: Path, kind: str) -> None:
+    index = read_index(write_hand_set(tmp_path, split_in_two(tensors())))
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    if kind == "a FIFO":
+        os.mkfifo(shard)  # opening it would block until a writer came
+    else:
+        os.symlink(shard.name, shard)  # every call on it fails with ELOOP
+    with pytest.raises(SetError, match=f"is {kind}, not a file") as caught:
+        locate_shards(index)
+    assert caught.value.shard == shard.name and caught.value.tensor == "layers.2.weight"
 
 
 def test_a_symlink_out_of_the_directory_is_refused(tmp_path: Path) -> None:

@@ -38,10 +38,24 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, NoReturn, Protocol
 
 from weightstore.base._lazy import import_on_first_use
-from weightstore.errors import FileMissingError, PathIsDirectoryError, TruncatedError
+from weightstore.errors import (
+    FileMissingError,
+    NotAFileError,
+    PathIsDirectoryError,
+    TruncatedError,
+)
+from weightstore.io._local import (
+    BROKEN_SYMLINK,
+    DIRECTORY,
+    MISSING,
+    REGULAR,
+    kind_at,
+    kind_of_mode,
+    unencodable,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -293,26 +307,70 @@ class PreadSource(ByteSource):
 
 
 def open_readable(path: str) -> BinaryIO:
-    """`path` opened for reading, or the typed error for a missing file or a directory (every
-    source opens through here, so no reader leaks a bare `FileNotFoundError`)."""
+    """`path` opened for reading, or the typed error for anything but a regular file there.
+    Every local open goes through here, so no reader leaks a bare `FileNotFoundError` and
+    none blocks on a FIFO (`weightstore.io._local`).
+
+    What is at `path` is asked before it is opened (a device may act on being opened, a FIFO
+    blocks until a writer comes), then confirmed on the open descriptor: the open does not
+    block (``O_NONBLOCK``), so a FIFO swapped in between is refused too, not waited on.
+
+    Raises:
+        FileMissingError: nothing is there, or the name can name no file (a NUL, a lone
+            surrogate: `reason` says which).
+        PathIsDirectoryError: a directory is there.
+        NotAFileError: a FIFO, socket, device or symlink loop is there.
+    """
+    reason = unencodable(path)
+    if reason is not None:
+        raise FileMissingError(path, reason)
+    kind = kind_at(path)
+    if kind != REGULAR:
+        _refuse(path, kind)
     try:
-        return _open_collecting(path)
-    except FileNotFoundError as err:
+        fd = _open_collecting(path)
+    except FileNotFoundError as err:  # removed since it was looked at
         raise FileMissingError(path) from err
-    except IsADirectoryError as err:
-        raise PathIsDirectoryError(path) from err
-
-
-def _open_collecting(path: str) -> BinaryIO:
-    """`open(path, "rb")`, retried once after a garbage collection when the process is out of
-    descriptors: unreachable sources in reference cycles hold theirs until the collector runs."""
     try:
-        return open(path, "rb")
+        kind = kind_of_mode(os.fstat(fd).st_mode)
+        if kind != REGULAR:
+            _refuse(path, kind)
+        if _NONBLOCKING:
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _refuse(path: str, kind: str) -> NoReturn:
+    """The typed error for `kind_at`'s answer `kind` (not `REGULAR`) at `path`."""
+    if kind in (MISSING, BROKEN_SYMLINK):
+        raise FileMissingError(path)
+    if kind == DIRECTORY:
+        raise PathIsDirectoryError(path)
+    raise NotAFileError(path, kind)
+
+
+# Open without blocking, so a FIFO put in the file's place between the look and the open is
+# refused, not waited on; no controlling terminal from a tty; binary on Windows.
+_NONBLOCKING: Final = getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS: Final = (
+    os.O_RDONLY | _NONBLOCKING | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+)
+
+
+def _open_collecting(path: str) -> int:
+    """A descriptor of `path` opened for reading, retried once after a garbage collection
+    when the process is out of descriptors: unreachable sources in reference cycles hold
+    theirs until the collector runs."""
+    try:
+        return os.open(path, _OPEN_FLAGS)
     except OSError as err:
         if err.errno != errno.EMFILE:
             raise
     gc.collect()
-    return open(path, "rb")
+    return os.open(path, _OPEN_FLAGS)
 
 
 def read_runs(

@@ -11,10 +11,10 @@ The schema is the one Hugging Face tools write and read; weightstore adds keys i
 An index comes from strangers as often as checkpoints do, so every rule is checked before a
 shard is touched: the file's size against a limit (before it is read), JSON that decodes with
 no duplicate key and no deep nesting, the shape above, and shard names that stay inside the
-index's directory (no absolute path, drive letter, backslash, ``..``, empty segment or NUL).
-When the shards are located (`locate_shards`), a shard missing from disk, or a symlink that
-resolves outside the directory, is refused too. Names a file supplied appear in messages cut
-short (`bounded_repr`).
+index's directory (no absolute path, drive letter, backslash, ``..``, empty segment, NUL or
+surrogate). When the shards are located (`locate_shards`), a shard missing from disk, a symlink
+that resolves outside the directory, or anything but a regular file (a FIFO, a symlink loop),
+is refused too. Names a file supplied appear in messages cut short (`bounded_repr`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
 from weightstore.errors import LimitExceeded, SetError
 from weightstore.io import is_url
+from weightstore.io._local import BROKEN_SYMLINK, MISSING, REGULAR, kind_at, unencodable
 from weightstore.io._open import open_source
 from weightstore.io._source import open_readable
 
@@ -54,6 +55,7 @@ id: a shard whose id differs from its index's belongs to another save."""
 
 _SET_ID: Final = re.compile(r"[0-9a-f]{32}")
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NAMES_SHOWN: Final = 60  # characters of a file-supplied name in a message
 _HUB_REPO_KINDS: Final = ("models--", "datasets--", "spaces--")  # a hub cache's repo folders
 
@@ -170,7 +172,12 @@ def validate_shard_name(shard: str, path: str, tensor: str | None = None) -> Non
 
     A name is a relative path of plain segments joined by ``/``; Hugging Face sets use bare
     file names. Refused: empty, NUL, backslash (a separator on Windows), absolute, a drive
-    letter, and ``..``, ``.`` or empty segments.
+    letter, ``..``, ``.`` or empty segments, and any name the filesystem could not be asked
+    about: a surrogate code point (JSON's ``\\ud800`` escape makes a lone one, on which every
+    ``os`` call raises), even one ``surrogateescape`` would encode as a byte, since an index is
+    UTF-8 text and its names are too; and anything else `os.fsencode` refuses. This is the
+    one check of every file name an index supplies, a set's shards and a DCP checkpoint's
+    rank files alike, so no such name reaches the filesystem.
 
     Raises:
         SetError: the name and why, with the first tensor the index assigns to it.
@@ -194,6 +201,15 @@ def _refusal(shard: str) -> str | None:
         return "holds a NUL byte"
     if "\\" in shard:
         return "holds a backslash"
+    surrogate = _SURROGATE.search(shard)
+    if surrogate is not None:
+        return (
+            f"holds a lone surrogate (U+{ord(surrogate.group()):04X}), which no file name "
+            "written as UTF-8 holds"
+        )
+    unfit = unencodable(shard)
+    if unfit is not None:
+        return unfit
     if shard.startswith("/"):
         return "is an absolute path"
     if _DRIVE.match(shard):
@@ -274,7 +290,8 @@ def _check_shard_file(
             tensor=tensor,
             shard=shard,
         )
-    if not os.path.exists(resolved):
+    kind = kind_at(resolved)
+    if kind in (MISSING, BROKEN_SYMLINK):
         raise SetError(
             f"shard {bounded_repr(shard, limit=_NAMES_SHOWN)} named by the index does not "
             "exist; the set is incomplete (a download or copy stopped early?)",
@@ -282,9 +299,9 @@ def _check_shard_file(
             tensor=tensor,
             shard=shard,
         )
-    if not os.path.isfile(resolved):
+    if kind != REGULAR:  # a FIFO would block the open forever; a loop fails every call
         raise SetError(
-            f"shard {bounded_repr(shard, limit=_NAMES_SHOWN)} is not a file",
+            f"shard {bounded_repr(shard, limit=_NAMES_SHOWN)} is {kind}, not a file",
             path=index.path,
             tensor=tensor,
             shard=shard,
