@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,23 @@ def test_a_dcp_rank_file_that_is_a_fifo_is_refused(
     rank_file.unlink()
     os.mkfifo(rank_file)
     _refused_everywhere(tmp_path, capsys, "is a FIFO, not a file", rank_file)
+
+
+def test_inspect_of_a_dcp_checkpoint_skips_a_loop_beside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    from weightstore.dcp import BurnpackStorageWriter
+
+    with warnings.catch_warnings():  # one process, no group: DCP says it assumes so
+        warnings.simplefilter("ignore", UserWarning)
+        state = {"w": torch.ones(2, 3)}
+        dcp.save(state, storage_writer=BurnpackStorageWriter(tmp_path), no_dist=True)
+    os.symlink("x", tmp_path / "x")
+    (tmp_path / "notes.txt").write_text("not named by the index")
+    assert main(["inspect", "--json", str(tmp_path)]) == 0
+    summary = json.loads(capsys.readouterr().out)["set"]
+    assert summary["skipped"] == [{"file": "x", "is": "a symlink loop"}]
+    assert summary["ignored"] == [{"file": "notes.txt", "why": "not named by the index"}]
+    assert main(["verify", str(tmp_path)]) == 0

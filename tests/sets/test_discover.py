@@ -4,6 +4,7 @@ what else is there and left out (with the reason each file is ignored)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 
 from tests.sets.test_index import INDEX, split_in_two, tensors, write_hand_set
 from weightstore import burnpack, safetensors
+from weightstore.cli import main as cli
 from weightstore.entry import TensorEntry
 from weightstore.errors import SetError, UnsupportedFormatError
-from weightstore.sets import find_set
+from weightstore.sets import find_set, open_set
 from weightstore.sets._discover import (
     WHY_OTHER_FORMAT,
     WHY_OTHER_VARIANT,
@@ -186,3 +188,56 @@ def test_an_index_opened_by_path_takes_its_layout_from_its_name(tmp_path: Path) 
     assert location.index_path == str(index)
     assert location.layout is not None and location.layout.stem == "diffusion_pytorch_model"
     assert location.shard_files == ("diffusion_pytorch_model-00001-of-00001.safetensors",)
+
+
+# -- entries that are no file -----------------------------------------------------------------
+
+
+def _odd_neighbours(directory: Path) -> dict[str, str]:
+    """An unrelated symlink loop, a broken symlink and (POSIX) a FIFO beside whatever
+    `directory` holds: path -> what `SetLocation.skipped` must call it."""
+    os.symlink("x", directory / "x")  # x -> x: every stat of it fails with ELOOP
+    os.symlink("gone.safetensors", directory / "model-00009-of-00009.safetensors")
+    odd = {
+        str(directory / "x"): "a symlink loop",
+        str(directory / "model-00009-of-00009.safetensors"): "a broken symlink",
+    }
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(directory / "model.safetensors")  # named as a single file; opening it blocks
+        odd[str(directory / "model.safetensors")] = "a FIFO"
+    (directory / "original").mkdir()  # a plain subdirectory: neither read nor reported
+    return odd
+
+
+def test_entries_that_are_no_file_are_skipped_and_reported(tmp_path: Path) -> None:
+    index = write_hand_set(tmp_path, split_in_two(tensors()))
+    odd = _odd_neighbours(tmp_path)
+    for path in (tmp_path, index):  # the directory, or the index (strays are listed from both)
+        location = find_set(path)
+        assert location.index_path == str(index) and location.ignored == ()
+        assert dict(location.skipped) == odd
+        assert location.shard_files == (
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+        )
+    assert formats_in(str(tmp_path)) == ["safetensors"]
+    with open_set(tmp_path) as reader:
+        assert reader.names() == sorted(tensors())
+        assert dict(reader.report().skipped) == odd
+
+
+def test_the_command_line_reads_a_set_beside_a_loop_and_lists_what_it_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_hand_set(tmp_path, split_in_two(tensors()))
+    odd = _odd_neighbours(tmp_path)
+    assert cli(["inspect", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "skipped (not files, never opened):" in text and "  x: a symlink loop" in text
+    assert cli(["inspect", "--json", str(tmp_path)]) == 0
+    skipped = json.loads(capsys.readouterr().out)["set"]["skipped"]
+    assert {entry["file"]: entry["is"] for entry in skipped} == {
+        os.path.basename(path): kind for path, kind in odd.items()
+    }
+    assert cli(["verify", str(tmp_path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err

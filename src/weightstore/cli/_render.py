@@ -75,6 +75,7 @@ def _json_set(summary: SetSummary) -> dict[str, Any]:
         "ignored": [{"file": name, "why": why} for name, why in summary.ignored],
         "missing": summary.missing,
         "unlisted": summary.unlisted,
+        "skipped": [{"file": name, "is": kind} for name, kind in summary.skipped],
     }
 
 
@@ -167,6 +168,7 @@ def _set_lines(summary: SetSummary | None) -> list[str]:
         for name, size, count in summary.shards
     ]
     lines += _pairs("ignored (not part of the set):", dict(summary.ignored), ": ")
+    lines += _pairs("skipped (not files, never opened):", dict(summary.skipped), ": ")
     for title, table in (
         ("missing (listed by the index, not in their shard):", summary.missing),
         ("unlisted (in a shard, not listed by the index; never loaded):", summary.unlisted),

@@ -37,6 +37,7 @@ from weightstore.errors import (
 )
 from weightstore.formats import format_named, read_probe
 from weightstore.io import is_url
+from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
 from weightstore.locate import Kind, locate, reading_format
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class SetSummary(ValueRecord):
         ignored: (file name, why) for each file of the directory left out of the set.
         missing: tensors the index lists that their shard lacks, by shard file name.
         unlisted: tensors a shard holds that the index does not list, by shard file name.
+        skipped: (entry name, what it is) for each entry of the directory that is no file
+            (a FIFO, a symlink loop, a broken symlink), never opened.
     """
 
     index: str | None
@@ -88,6 +91,7 @@ class SetSummary(ValueRecord):
     ignored: list[tuple[str, str]]
     missing: dict[str, list[str]]
     unlisted: dict[str, list[str]]
+    skipped: list[tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -240,7 +244,8 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
 def _summarize_dcp(path: str) -> FileReport:
     """A `torch.distributed.checkpoint` directory: every tensor whole (put together from its
     chunks), its plain values as objects, and its rank files as the set's shards (a rank
-    file's tensors are its chunks); files the index does not name are listed as ignored."""
+    file's tensors are its chunks); files the index does not name are listed as ignored, and
+    entries that are no file (a FIFO, a symlink loop) as skipped."""
     from weightstore.dcp._reader import open_dcp
 
     with open_dcp(path) as reader:
@@ -261,6 +266,9 @@ def _summarize_dcp(path: str) -> FileReport:
         for name, count in sorted(chunks.items())
     ]
     others = sorted(set(os.listdir(directory)) - set(chunks) - {os.path.basename(index)})
+    kinds = {name: kind_at(os.path.join(directory, name)) for name in others}
+    files = [(n, "not named by the index") for n, k in kinds.items() if k in (REGULAR, DIRECTORY)]
+    skipped = [(n, k) for n, k in kinds.items() if k not in (REGULAR, DIRECTORY, MISSING)]
     return FileReport(
         path=index,
         format="dcp",
@@ -269,7 +277,7 @@ def _summarize_dcp(path: str) -> FileReport:
         tensors=rows,
         others={key: describe_value(value) for key, value in values.items()},
         other_values={key: to_json(value) for key, value in values.items()},
-        set=SetSummary(index, shards, [(n, "not named by the index") for n in others], {}, {}),
+        set=SetSummary(index, shards, files, {}, {}, skipped),
     )
 
 
@@ -331,6 +339,7 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         ignored=[(os.path.basename(file), why) for file, why in report.ignored],
         missing={_shard_name(k, report.path): v for k, v in report.missing.items()},
         unlisted={_shard_name(k, report.path): v for k, v in report.unlisted.items()},
+        skipped=[(os.path.basename(entry), kind) for entry, kind in report.skipped],
     )
     scan = Scan(tuple(suspicious.values()), complete) if fmt.holds_foreign_objects else None
     return FileReport(

@@ -151,6 +151,9 @@ def _check_set(reader: SetReader, verdict: Verdict, storage_options: dict[str, A
         verdict.problems.append(_problem(err, verdict.path))
         return
     verdict.notes += [f"ignored {os.path.basename(file)}: {why}" for file, why in report.ignored]
+    verdict.notes += [
+        f"skipped {os.path.basename(entry)}: {kind}, not a file" for entry, kind in report.skipped
+    ]
     for shard, names in report.missing.items():
         verdict.problems += [
             f"tensor {name!r}: the index puts it in {os.path.basename(shard)}, which lacks it"

@@ -15,6 +15,12 @@ A path is a set when it is a directory, or a file named as an index (``*.index.j
   left by an interrupted save or by another tool (a peer's reader merges every ``*.safetensors``
   in the directory; we never do).
 
+Only regular files (or symlinks to them) are looked at. Anything else beside a set is skipped
+and reported with what it is (`SetLocation.skipped`): a FIFO, socket or device (opening one
+could block forever), a broken symlink, a symlink loop (``x -> x``: every call on it fails).
+One such entry never makes the set unreadable; when the index names one, `locate_shards`
+refuses it. Subdirectories are neither looked at nor reported (a repository's ``original/``).
+
 Both index spellings of a variant are found: transformers' ``model.safetensors.index.fp16.json``
 (`SetLayout.index_name`) and huggingface_hub's ``model.fp16.safetensors.index.json`` (what
 ``save_torch_state_dict(filename_pattern="model.fp16{suffix}.safetensors")`` writes).
@@ -30,6 +36,7 @@ from typing import Any, Final
 from weightstore.base._record import Record
 from weightstore.errors import SetError, UnsupportedFormatError
 from weightstore.io import is_url
+from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
 from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
 
 __all__ = [
@@ -79,6 +86,8 @@ class SetLocation(Record):
         ignored: (file path, why) for each file left out so far; `stray_shards` adds more.
         shard_files: file names in the directory named as this layout's shards of this
             variant: those the index does not name are strays.
+        skipped: (path, what it is) for each entry of the directory that is neither a regular
+            file nor a directory (``"a FIFO"``, ``"a symlink loop"``, ``"a broken symlink"``).
     """
 
     directory: str
@@ -88,6 +97,7 @@ class SetLocation(Record):
     single_path: str | None
     ignored: tuple[tuple[str, str], ...]
     shard_files: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -98,8 +108,11 @@ class SetLocation(Record):
         single_path: str | None,
         ignored: tuple[tuple[str, str], ...],
         shard_files: tuple[str, ...],
+        skipped: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        super().__init__(directory, layout, variant, index_path, single_path, ignored, shard_files)
+        super().__init__(
+            directory, layout, variant, index_path, single_path, ignored, shard_files, skipped
+        )
 
 
 def is_index_name(path: str | os.PathLike[str]) -> bool:
@@ -144,7 +157,7 @@ def find_set(
 def formats_in(directory: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """The formats whose sets (an index or a single file, of any variant) `directory` holds,
     in `LAYOUTS` order; reads names only."""
-    files = _files_in(directory, storage_options)
+    files, _ = _files_in(directory, storage_options)
     return [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
 
 
@@ -175,9 +188,9 @@ def _index_location(
     if layout is None:
         return SetLocation(directory, None, variant, filename, None, (), ())
     layout = layout.replace(stem=stem)
-    files = _files_in(directory, storage_options)
+    files, skipped = _files_in(directory, storage_options)
     shards = tuple(name for name in files if _is_shard(name, layout, variant))
-    return SetLocation(directory, layout, variant, filename, None, (), shards)
+    return SetLocation(directory, layout, variant, filename, None, (), shards, skipped)
 
 
 def _find_in_directory(
@@ -186,13 +199,13 @@ def _find_in_directory(
     variant: str | None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> SetLocation:
-    files = _files_in(directory, storage_options)
+    files, skipped = _files_in(directory, storage_options)
     layouts = LAYOUTS if format_name is None else (_layout_named(format_name, directory),)
     for layout in layouts:
         location = _find_in(directory, files, layout, variant)
         if location is not None:
             others = _other_layouts_files(directory, files, layout)
-            return location.replace(ignored=(*location.ignored, *others))
+            return location.replace(ignored=(*location.ignored, *others), skipped=skipped)
     if format_name is not None:
         _refuse_other_format(directory, files, format_name)
     looked_for = ", ".join(
@@ -364,16 +377,41 @@ def _other_layouts_files(
     return ignored
 
 
-def _files_in(directory: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
-    """The names of the files (or symlinks to files) in `directory`, sorted. For a URL, the
-    objects directly under its prefix (one listing; none where the store cannot list, as
-    plain HTTP servers cannot: open a set there by its index's URL)."""
+def _files_in(
+    directory: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The names of the files (or symlinks to files) in `directory`, sorted, and (path, what
+    it is) for each entry skipped as neither a file nor a directory (`kind_at`). For a URL,
+    the objects directly under its prefix (one listing; none where the store cannot list, as
+    plain HTTP servers cannot: open a set there by its index's URL), and nothing skipped."""
     if is_url(directory):
         from weightstore.io._remote_write import list_names
 
-        return sorted(list_names(directory, storage_options) or [])
+        return sorted(list_names(directory, storage_options) or []), ()
+    files: list[str] = []
+    skipped: list[tuple[str, str]] = []
     try:
         with os.scandir(directory) as entries:
-            return sorted(entry.name for entry in entries if entry.is_file())
+            for entry in entries:
+                kind = _entry_kind(entry)
+                if kind == REGULAR:
+                    files.append(entry.name)
+                elif kind not in (DIRECTORY, MISSING):  # MISSING: removed while listed
+                    skipped.append((entry.path, kind))
     except FileNotFoundError:
-        return []
+        return [], ()
+    return sorted(files), tuple(sorted(skipped))
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    """`kind_at` of a listed entry, from the listing's own file type where it can tell (no
+    ``stat`` for a plain file or directory), else by asking (a symlink loop raises ``ELOOP``
+    from `os.DirEntry.is_file`)."""
+    try:
+        if entry.is_file():
+            return REGULAR
+        if entry.is_dir():
+            return DIRECTORY
+    except OSError:
+        pass
+    return kind_at(entry.path)

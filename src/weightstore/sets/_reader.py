@@ -66,6 +66,9 @@ class SetReport(Record):
             format's set).
         unlisted: shard -> tensors it holds that the index does not list (never loaded).
         missing: shard -> tensors the index assigns to it that it does not hold.
+        skipped: (path, what it is) for each entry of the directory that is not a file at
+            all and was never opened (``"a FIFO"``, ``"a symlink loop"``, ``"a broken
+            symlink"``: `weightstore.sets._discover`).
     """
 
     path: str
@@ -75,6 +78,7 @@ class SetReport(Record):
     ignored: tuple[tuple[str, str], ...]
     unlisted: dict[str, list[str]]
     missing: dict[str, list[str]]
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -85,8 +89,9 @@ class SetReport(Record):
         ignored: tuple[tuple[str, str], ...],
         unlisted: dict[str, list[str]],
         missing: dict[str, list[str]],
+        skipped: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        super().__init__(path, format_name, variant, shards, ignored, unlisted, missing)
+        super().__init__(path, format_name, variant, shards, ignored, unlisted, missing, skipped)
 
 
 class _SetFiles(Record):
@@ -100,6 +105,7 @@ class _SetFiles(Record):
     metadata: dict[str, str]
     ignored: tuple[tuple[str, str], ...]
     options: dict[str, Any]
+    skipped: tuple[tuple[str, str], ...]
 
     def __init__(
         self,
@@ -111,8 +117,9 @@ class _SetFiles(Record):
         metadata: dict[str, str],
         ignored: tuple[tuple[str, str], ...],
         options: dict[str, Any],
+        skipped: tuple[tuple[str, str], ...],
     ) -> None:
-        super().__init__(path, index, fmt, variant, weight_map, metadata, ignored, options)
+        super().__init__(path, index, fmt, variant, weight_map, metadata, ignored, options, skipped)
 
 
 def open_set(
@@ -204,8 +211,9 @@ def _indexed_set(
     weight_map = {name: shard_paths[shard] for name, shard in index.weight_map.items()}
     ignored = (*location.ignored, *stray_shards(location, set(shard_paths)))
     return _SetFiles(
-        index.path, index, fmt, location.variant, weight_map, index.metadata, ignored, options
-    )
+        index.path, index, fmt, location.variant, weight_map, index.metadata, ignored, options,
+        location.skipped,
+    )  # fmt: skip
 
 
 def _single_file_set(location: SetLocation, options: dict[str, Any]) -> _SetFiles:
@@ -222,7 +230,10 @@ def _single_file_set(location: SetLocation, options: dict[str, Any]) -> _SetFile
     finally:
         reader.close()
     ignored = (*location.ignored, *stray_shards(location, set()))
-    return _SetFiles(path, None, fmt, location.variant, weight_map, metadata, ignored, options)
+    return _SetFiles(
+        path, None, fmt, location.variant, weight_map, metadata, ignored, options,
+        location.skipped,
+    )  # fmt: skip
 
 
 def _format_of(
@@ -266,6 +277,7 @@ class SetReader:
         format: the shards' `ContainerFormat`.
         variant: the variant read, or None.
         ignored: (file, why) for each file in the directory left out (`SetReport.ignored`).
+        skipped: (path, what it is) for each entry that is no file (`SetReport.skipped`).
         unlisted: shard -> tensors it holds that the index does not list; filled as shards
             open.
         missing_from_shards: shard -> tensors the index assigns to it that it lacks; filled
@@ -279,6 +291,7 @@ class SetReader:
         self.format = files.fmt
         self.variant = files.variant
         self.ignored: list[tuple[str, str]] = list(files.ignored)
+        self.skipped: list[tuple[str, str]] = list(files.skipped)
         self.unlisted: dict[str, list[str]] = {}
         self.missing_from_shards: dict[str, list[str]] = {}
         weight_map = files.weight_map
@@ -341,7 +354,7 @@ class SetReader:
             self._shard(shard)
         return SetReport(
             self.path, self.format.name, self.variant, tuple(self.shards), tuple(self.ignored),
-            dict(self.unlisted), dict(self.missing_from_shards),
+            dict(self.unlisted), dict(self.missing_from_shards), tuple(self.skipped),
         )  # fmt: skip
 
     # -- the reader protocol -------------------------------------------------------------------
