@@ -241,3 +241,21 @@ def test_the_command_line_reads_a_set_beside_a_loop_and_lists_what_it_skipped(
     }
     assert cli(["verify", str(tmp_path)]) == 0
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
+def test_an_entry_that_cannot_be_asked_about_is_skipped_as_unreadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weightstore.sets import _discover
+
+    index = write_hand_set(tmp_path, split_in_two(tensors()))
+    os.mkfifo(tmp_path / "odd")  # not a file by the listing's type: so it is asked about
+
+    def denied(path: str) -> str:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(_discover, "kind_at", denied)
+    location = find_set(tmp_path)
+    assert location.index_path == str(index)
+    assert location.skipped == ((str(tmp_path / "odd"), "unreadable (Permission denied)"),)

@@ -406,7 +406,8 @@ def _files_in(
 def _entry_kind(entry: os.DirEntry[str]) -> str:
     """`kind_at` of a listed entry, from the listing's own file type where it can tell (no
     ``stat`` for a plain file or directory), else by asking (a symlink loop raises ``ELOOP``
-    from `os.DirEntry.is_file`)."""
+    from `os.DirEntry.is_file`). An entry that cannot be asked about (no permission) is
+    skipped as unreadable: it cannot be a readable shard either."""
     try:
         if entry.is_file():
             return REGULAR
@@ -414,4 +415,7 @@ def _entry_kind(entry: os.DirEntry[str]) -> str:
             return DIRECTORY
     except OSError:
         pass
-    return kind_at(entry.path)
+    try:
+        return kind_at(entry.path)
+    except OSError as err:
+        return f"unreadable ({err.strerror or type(err).__name__})"
