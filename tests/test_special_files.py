@@ -213,6 +213,24 @@ def test_a_user_path_no_file_can_have_is_missing_and_says_why(
         assert "cannot exist: the name holds" in _one_error_line(capsys)[1]
 
 
+def test_a_shard_name_too_long_for_the_filesystem_is_a_missing_shard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by the set-index fuzzer: stat of a 300-character name raised ENAMETOOLONG, a bare
+    # OSError out of every opener and exit 3 from the command line.
+    index = _write_set(tmp_path)
+    tree = json.loads(index.read_text())
+    tensor = next(iter(tree["weight_map"]))
+    tree["weight_map"][tensor] = "x" * 300 + ".safetensors"
+    index.write_text(json.dumps(tree))
+    with pytest.raises(errors.SetError, match="x{40}") as caught:
+        open_reader(index)
+    assert caught.value.path == str(index)
+    for command in (["inspect"], ["inspect", "--json"], ["verify"]):
+        assert main([*command, str(index)]) == 2
+        _one_error_line(capsys)
+
+
 def test_a_user_path_of_bytes_that_are_not_utf8_still_opens(tmp_path: Path) -> None:
     path = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xff.safetensors"))
     # "\udcff" is the byte 0xFF through surrogateescape, as sys.argv spells such a name

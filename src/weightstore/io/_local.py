@@ -97,4 +97,6 @@ def kind_at(path: str) -> str:
     except OSError as err:
         if err.errno == errno.ELOOP:
             return SYMLINK_LOOP
+        if err.errno == errno.ENAMETOOLONG:  # a name past NAME_MAX or PATH_MAX: no file has it
+            return MISSING
         raise
