@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests._optional import need
 from weightstore import Store, open_reader
 from weightstore.cli import main as cli
 from weightstore.dcp._index import DCP_INDEX_NAME
@@ -61,3 +62,12 @@ def test_the_cli_exits_2_with_one_line(hostile: Path, command: list[str], capsys
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("weightstore: error:"), lines
     assert "internal error" not in lines[0]
+
+
+def test_torch_read_metadata_refuses_with_a_typed_error(hostile: Path) -> None:
+    # DCP's own entry: `dcp.load` calls the storage reader's read_metadata first.
+    need("torch")
+    from weightstore.dcp import BurnpackStorageReader
+
+    with finishing_within(60), pytest.raises(WeightstoreError):
+        BurnpackStorageReader(str(hostile)).read_metadata()

@@ -118,6 +118,25 @@ def test_an_index_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) ->
     assert MAX_INDEX_SIZE == 64 * 2**20
 
 
+def test_the_largest_real_set_index_is_far_inside_the_limits(tmp_path: Path) -> None:
+    # 1,000 shards of 100 tensors each, named as a large transformer's are: the size and depth
+    # limits are there for hostile indexes and must cost a real one nothing.
+    weight_map = {
+        f"model.layers.{i // 10}.block_sparse_moe.experts.{i % 10}.w{j}.weight": (
+            f"model-{i % 1000 + 1:05d}-of-01000.safetensors"
+        )
+        for i in range(10_000)
+        for j in range(10)
+    }
+    data = json.dumps({"metadata": {"total_size": 2**44}, "weight_map": weight_map}, indent=2)
+    index = tmp_path / INDEX
+    index.write_text(data)
+    assert index.stat().st_size * 4 < MAX_INDEX_SIZE  # about 9 MB of 64 MiB
+    parsed = read_index(index)
+    assert len(parsed.weight_map) == 100_000 and len(parsed.shard_names()) == 1000
+    assert MAX_INDEX_DEPTH > 3  # a valid index nests 3 levels
+
+
 def test_the_limit_can_be_raised_for_a_trusted_index(tmp_path: Path) -> None:
     index = tmp_path / INDEX
     index.write_bytes(_index_bytes({"w": "a.safetensors"}) + b" " * 2000)
