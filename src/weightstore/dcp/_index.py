@@ -46,8 +46,10 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from operator import add, gt
 from typing import Any, Final
 
+from weightstore.base._gc import collector_paused
 from weightstore.base._record import Record, ValueRecord
 from weightstore.base._render import bounded_int, bounded_repr
 from weightstore.container._reader import validate_shape
@@ -61,7 +63,6 @@ from weightstore.errors import DTypeError, LimitExceeded, SetError
 from weightstore.io._source import open_readable
 from weightstore.sets._index import (
     _SET_ID,
-    MAX_INDEX_SIZE,
     SET_ID_KEY,
     SetIndex,
     _kind,
@@ -78,6 +79,7 @@ __all__ = [
     "FORMAT_KEY",
     "FORMAT_VALUE",
     "MAX_DCP_INDEX_DEPTH",
+    "MAX_DCP_INDEX_SIZE",
     "MAX_DIMS",
     "MAX_DIM_SIZE",
     "RANK_FILE",
@@ -108,6 +110,14 @@ key and where it starts in the whole tensor."""
 RANK_FILE: Final = re.compile(r"rank-(?P<rank>\d{5,})\.(?P<tag>[0-9a-f]{8})\.(?P<ext>[A-Za-z0-9]+)")
 """A rank file's name: the rank, the first 8 hex digits of the set id, the extension."""
 TAG_HEX_LEN: Final = 8  # digits of the set id in a rank file's name
+MAX_DCP_INDEX_SIZE: Final = 2**30
+"""Bytes an index may have unless the caller raises it (``max_index_size=``), checked before
+a byte is read. An index lists every chunk of every tensor, so it grows with tensors times
+ranks: a training checkpoint (weights and Adam state) of Llama-3.1-405B on 1,024 ranks writes
+512,642,332 bytes (489 MiB) split FSDP-style and 515,107,009 on a TP=8 x FSDP=128 grid
+(benchmarks/bench_dcp_index.py), under half of this; its 3.5 million chunks parse in about
+20 s and 3.1 GiB on the 2-core development machine. The sharded set's 64 MiB refused it, and
+the same checkpoint on 128 ranks."""
 MAX_DCP_INDEX_DEPTH: Final = 256
 """Nesting levels an index may have: the schema needs seven, and each level of a stored value
 takes up to three (``{"$dict": [[key, value]]}``)."""
@@ -227,12 +237,13 @@ def dcp_index_path(path: str | os.PathLike[str]) -> str:
 
 
 def read_dcp_index(
-    path: str | os.PathLike[str], *, max_index_size: int = MAX_INDEX_SIZE
+    path: str | os.PathLike[str], *, max_index_size: int = MAX_DCP_INDEX_SIZE
 ) -> DcpIndex:
     """Read and check the index of the checkpoint at `path` (a directory or the index).
 
     Raises:
-        LimitExceeded: the index is over `max_index_size` bytes.
+        LimitExceeded: the index is over `max_index_size` bytes (`MAX_DCP_INDEX_SIZE` unless
+            given), refused before it is read.
         SetError: the bytes break the rules of this module's docstring.
         FileMissingError: there is no index.
     """
@@ -253,6 +264,13 @@ def parse_dcp_index(data: bytes, path: str) -> DcpIndex:
     Raises:
         SetError: the first rule of the module docstring the bytes break.
     """
+    # Millions of objects, none garbage: unpaused, the collector walks them all again and
+    # again (a third of the time of a 64-rank index, more the larger it is).
+    with collector_paused():
+        return _parse_dcp_index(data, path)
+
+
+def _parse_dcp_index(data: bytes, path: str) -> DcpIndex:
     top = decode_json(data, path, MAX_DCP_INDEX_DEPTH)
     if not isinstance(top, dict):
         raise SetError(f"index is a JSON {_kind(top)}, not an object", path=path)
@@ -289,30 +307,32 @@ def _object(top: Mapping[str, object], key: str, path: str) -> dict[str, Any]:
 
 
 def _parse_tensors(tensors: dict[str, Any], path: str) -> dict[str, DcpTensor]:
+    """The tensors of the index, each entry of `tensors` (the decoded JSON, ours to change)
+    dropped once parsed, so the JSON and the records it becomes are not both held whole."""
     parsed: dict[str, DcpTensor] = {}
-    named: set[tuple[str, str]] = set()  # (file, name): one chunk each
-    checked_files: set[str] = set()
+    files: dict[str, tuple[str, set[str]]] = {}  # file -> (one copy of its name, chunk names)
     budget = CornerBudget()
     for fqn, entry in tensors.items():
-        tensor = _parse_tensor(fqn, entry, path)
+        tensor = _parse_tensor(fqn, entry, files, path)
+        tensors[fqn] = None  # the values change, not the keys: iterating goes on
         for chunk in tensor.chunks:
-            if chunk.file not in checked_files:
-                validate_shard_name(chunk.file, path, fqn)
-                checked_files.add(chunk.file)
-            if (chunk.file, chunk.name) in named:
+            names = files[chunk.file][1]
+            if chunk.name in names:
                 raise SetError(
                     f"two chunks are tensor {bounded_repr(chunk.name, limit=_SHOWN)} of one file",
                     path=path,
                     tensor=fqn,
                     shard=chunk.file,
                 )
-            named.add((chunk.file, chunk.name))
+            names.add(chunk.name)
         _validate_tiling(fqn, tensor, budget, path)
         parsed[fqn] = tensor
     return parsed
 
 
-def _parse_tensor(fqn: str, entry: object, path: str) -> DcpTensor:
+def _parse_tensor(
+    fqn: str, entry: object, files: dict[str, tuple[str, set[str]]], path: str
+) -> DcpTensor:
     if not isinstance(entry, dict):
         raise SetError(
             f"tensor entry is a JSON {_kind(entry)}, not an object", path=path, tensor=fqn
@@ -332,10 +352,16 @@ def _parse_tensor(fqn: str, entry: object, path: str) -> DcpTensor:
     chunks = entry.get("chunks")
     if not isinstance(chunks, list):
         raise SetError('"chunks" is not a JSON array', path=path, tensor=fqn)
-    return DcpTensor(dtype, shape, [_parse_chunk(fqn, chunk, len(shape), path) for chunk in chunks])
+    parsed = [_parse_chunk(fqn, chunk, len(shape), files, path) for chunk in chunks]
+    return DcpTensor(dtype, shape, parsed)
 
 
-def _parse_chunk(fqn: str, chunk: object, ndim: int, path: str) -> DcpChunk:
+def _parse_chunk(
+    fqn: str, chunk: object, ndim: int, files: dict[str, tuple[str, set[str]]], path: str
+) -> DcpChunk:
+    """One chunk, its file name checked the first time it is seen. Its strings are shared: the
+    file's name with the file's other chunks, the name with the tensor's when they are equal
+    (as DCP names them), which saves a 405B checkpoint's index 600 MB of copies."""
     if not isinstance(chunk, dict):
         raise SetError(f"a chunk is a JSON {_kind(chunk)}, not an object", path=path, tensor=fqn)
     file, name = chunk.get("file"), chunk.get("name")
@@ -351,30 +377,52 @@ def _parse_chunk(fqn: str, chunk: object, ndim: int, path: str) -> DcpChunk:
             tensor=fqn,
             shard=file,
         )
-    return DcpChunk(file, name, offsets, sizes)
+    known = files.get(file)
+    if known is None:
+        validate_shard_name(file, path, fqn)
+        files[file] = (file, set())
+    else:
+        file = known[0]
+    return _new_chunk(file, fqn if name == fqn else name, offsets, sizes)
+
+
+def _new_chunk(file: str, name: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> DcpChunk:
+    """`DcpChunk(file, name, offsets, sizes)` for values already of the fields' types, at a
+    third of the cost (a 405B checkpoint's index has 3.5 million chunks): the constructor only
+    converts sequences to tuples, and the class checks nothing (no ``__post_init__``)."""
+    chunk = _NEW(DcpChunk)
+    _SET_FILE(chunk, file)
+    _SET_NAME(chunk, name)
+    _SET_OFFSETS(chunk, offsets)
+    _SET_SIZES(chunk, sizes)
+    return chunk
+
+
+_NEW: Final = object.__new__
+_SET_FILE, _SET_NAME, _SET_OFFSETS, _SET_SIZES = DcpChunk._SETTERS
 
 
 def _ints(value: object, what: str, fqn: str, path: str) -> tuple[int, ...]:
     """A JSON array of at most `MAX_DIMS` integers in ``[0, MAX_DIM_SIZE]``."""
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_DIMS
-        or not all(type(item) is int and 0 <= item <= MAX_DIM_SIZE for item in value)
-    ):
-        raise SetError(
-            f'"{what}" is not an array of at most {MAX_DIMS} non-negative integers below 2**63',
-            path=path,
-            tensor=fqn,
-        )
-    return tuple(value)
+    if type(value) is list and len(value) <= MAX_DIMS:
+        for item in value:  # a loop, not all() over a generator: twice as fast, per chunk
+            if type(item) is not int or item < 0 or item > MAX_DIM_SIZE:
+                break
+        else:
+            return tuple(value)
+    raise SetError(
+        f'"{what}" is not an array of at most {MAX_DIMS} non-negative integers below 2**63',
+        path=path,
+        tensor=fqn,
+    )
 
 
 def _validate_tiling(fqn: str, tensor: DcpTensor, budget: CornerBudget, path: str) -> None:
     """Refuse chunks that leave the shape, overlap, or leave part of it uncovered, naming the
     first element (row-major) in no chunk or in several."""
     shape = tensor.shape
-    for chunk in tensor.chunks:
-        if any(o + s > d for o, s, d in zip(chunk.offsets, chunk.sizes, shape, strict=True)):
+    for chunk in tensor.chunks:  # offsets, sizes and shape are of one length (`_parse_chunk`)
+        if any(map(gt, map(add, chunk.offsets, chunk.sizes), shape)):
             raise SetError(
                 f"chunk at {bounded_repr(list(chunk.offsets))} of shape "
                 f"{bounded_repr(list(chunk.sizes))} reaches past the tensor's shape "

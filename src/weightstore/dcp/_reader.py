@@ -25,6 +25,7 @@ from weightstore.base._render import bounded_repr
 from weightstore.dcp._index import (
     CONTAINER_KEY,
     FORMAT_KEY,
+    MAX_DCP_INDEX_SIZE,
     DcpChunk,
     DcpIndex,
     DcpTensor,
@@ -40,7 +41,7 @@ from weightstore.errors import (
     UnsupportedFormatError,
 )
 from weightstore.io._source import ReadMode
-from weightstore.sets._index import MAX_INDEX_SIZE, SET_ID_KEY
+from weightstore.sets._index import SET_ID_KEY
 
 if TYPE_CHECKING:
     import numpy as np
@@ -182,7 +183,7 @@ def open_dcp(
     format_name: str | None = None,
     *,
     mode: ReadMode = "mmap",
-    max_index_size: int = MAX_INDEX_SIZE,
+    max_index_size: int = MAX_DCP_INDEX_SIZE,
 ) -> DcpReader:
     """Open the checkpoint at `path` (its directory or its index) to read whole tensors.
 
@@ -190,7 +191,8 @@ def open_dcp(
         path: the checkpoint directory, or ``<directory>/dcp.index.json``.
         format_name: refuse a checkpoint whose rank files are not this format's.
         mode: how rank files are read (`RankFiles`).
-        max_index_size: refuse a larger index before reading it.
+        max_index_size: refuse a larger index before reading it (default
+            `MAX_DCP_INDEX_SIZE`, 1 GiB: twice a 405B training checkpoint's on 1,024 ranks).
 
     Raises:
         SetError: a bad index (`read_dcp_index`), or a rank file missing, outside the

