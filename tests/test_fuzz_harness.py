@@ -5,8 +5,9 @@
   limits (`fuzz.run.replay`: 5 s of CPU time, 4 GiB), and passes once only typed errors come
   out and the CLI's ``inspect``, ``inspect --json`` and ``verify`` each exit 0, 1 or 2, a
   failure with exactly one ``weightstore: error:`` line (`fuzz.targets.stderr_problem`). For
-  the index parsers the file is the index, read in the target's directory. The name says what it did: ``<ExceptionClass>-*`` (saved by the harness), ``timeout-*``,
-  ``oom-*`` or ``crash-*`` (saved by libFuzzer); the ``.txt`` beside it, where and what.
+  the index parsers the file is the index, read in the target's directory. The name says what
+  it did: ``<ExceptionClass>-*`` (saved by the harness), ``timeout-*``, ``oom-*`` or
+  ``crash-*`` (saved by libFuzzer); the ``.txt`` beside it, where and what.
 - The seeds read cleanly, and the structure-aware mutators produce inputs the targets survive
   (no atheris needed).
 - A smoke run of each target under atheris, a few hundred inputs in seconds; skipped when atheris

@@ -223,7 +223,7 @@ def test_a_shard_name_too_long_for_the_filesystem_is_a_missing_shard(
     tensor = next(iter(tree["weight_map"]))
     tree["weight_map"][tensor] = "x" * 300 + ".safetensors"
     index.write_text(json.dumps(tree))
-    with pytest.raises(errors.SetError, match="x{40}") as caught:
+    with pytest.raises(errors.SetError, match=r"x{40}") as caught:
         open_reader(index)
     assert caught.value.path == str(index)
     for command in (["inspect"], ["inspect", "--json"], ["verify"]):
