@@ -9,13 +9,14 @@ conventions (Linear weights transposed, norm parameters renamed), `PyTorchToFlax
 All but `FloatCastAdapter` decide by the type of the module owning each tensor. A model knows
 it; for a file, `infer_module_types` reads it from names and shapes, and `assign_module_types`
 types snapshots for one adapter, refusing (`ModuleTypeNeededError`) where the adapter would
-act on a guess.
+act on a guess; a Hugging Face model's ``config.json`` (`ModelConfig`) helps type it by name.
 """
 
 from __future__ import annotations
 
 from weightstore.adapters._base import Adapter, ChainAdapter, IdentityAdapter
 from weightstore.adapters._inference import (
+    ModelConfig,
     ModuleGuess,
     ModuleTypeRule,
     assign_module_types,
@@ -50,6 +51,7 @@ __all__ = [
     "FloatCastAdapter",
     "HalfPrecisionAdapter",
     "IdentityAdapter",
+    "ModelConfig",
     "ModuleGuess",
     "ModuleTypeRule",
     "PyTorchToBurnAdapter",

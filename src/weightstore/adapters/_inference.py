@@ -17,6 +17,12 @@ is inferred from the tensors one module holds (those sharing a name prefix,
     weight of rank 1 alone                         RmsNorm or PRelu: ambiguous
     anything else, or other tensors beside them    no type: every adapter leaves it as it is
 
+Hugging Face models' names then settle what shapes cannot (`_known_models`, with the
+``config.json`` beside the file when given): GPT-2's ``c_attn``/``c_fc``/``c_proj`` are
+transformers' Conv1D (``[in, out]``: Burn's Linear layout, so not transposed) unless the layout
+is Burn's, ``wte``/``*_embeddings`` Embeddings, ``lm_head`` a Linear; a square ``c_proj``
+nothing settles is ambiguous (Linear or Conv1D).
+
 An ambiguous owner does not matter when the adapter treats every candidate alike (half
 precision casts Linear and Embedding weights the same way): `assign_module_types` adapts a
 small probe tensor as each candidate and compares. When it matters, or a Linear fits only the
@@ -34,6 +40,12 @@ from typing import Final, Literal
 import numpy as np
 
 from weightstore.adapters._base import Adapter, ChainAdapter
+from weightstore.adapters._known_models import (
+    CONV1D_MODULES,
+    EMBEDDING_MODULE,
+    HEAD_MODULES,
+    ModelConfig,
+)
 from weightstore.adapters._precision import HalfPrecisionAdapter
 from weightstore.adapters._pytorch_burn import BurnToPyTorchAdapter, PyTorchToBurnAdapter
 from weightstore.adapters._pytorch_flax import (
@@ -51,6 +63,7 @@ from weightstore.snapshot import TensorSnapshot
 __all__ = [
     "MODULE_TYPED_ADAPTERS",
     "Layout",
+    "ModelConfig",
     "ModuleGuess",
     "ModuleTypeRule",
     "assign_module_types",
@@ -80,6 +93,7 @@ _BATCH_NORM_LEAVES: Final = frozenset(
 )
 _BURN_NORM_LEAVES: Final = frozenset({"gamma", "beta"})
 _PLAIN_LEAVES: Final = frozenset({"weight", "bias"})
+_LINEAR_OR_EMBEDDING: Final = ("Linear", "Embedding")
 _SHOWN: Final = 3  # tensors named after the first in a refusal
 _NAME_IT: Final = "assign_module_types(snapshots, adapter, {'PATTERN': 'TYPE'})"
 
@@ -129,7 +143,10 @@ class ModuleTypeRule(ValueRecord):
 
 
 def infer_module_types(
-    tensors: Mapping[str, Sequence[int]] | Iterable[TensorSnapshot], layout: Layout | None = None
+    tensors: Mapping[str, Sequence[int]] | Iterable[TensorSnapshot],
+    layout: Layout | None = None,
+    *,
+    config: ModelConfig | None = None,
 ) -> dict[str, ModuleGuess]:
     """The owning module of every tensor, by the rules of the module doc.
 
@@ -137,6 +154,7 @@ def infer_module_types(
         tensors: names -> shapes, or snapshots (their names and shapes; nothing is read).
         layout: the framework whose layout the tensors follow, which tells a Linear from a
             misfit; None accepts either.
+        config: the model's ``config.json`` (`ModelConfig.beside`), when there is one.
 
     Returns:
         name -> `ModuleGuess`, for every tensor given.
@@ -146,9 +164,11 @@ def infer_module_types(
     for name, shape in shapes.items():
         prefix, _, leaf = name.rpartition(".")
         groups.setdefault(prefix, {})[leaf] = shape
+    by_shape = {prefix: _group_guess(leaves, layout) for prefix, leaves in groups.items()}
+    by_name = _by_known_names(groups, by_shape, layout, config)
     guesses: dict[str, ModuleGuess] = {}
     for prefix, leaves in groups.items():
-        guess = _group_guess(leaves, layout)
+        guess = by_name.get(prefix, by_shape[prefix])
         for leaf in leaves:
             guesses[f"{prefix}.{leaf}" if prefix else leaf] = guess
     return guesses
@@ -160,6 +180,7 @@ def assign_module_types(
     rules: Mapping[str, str] | Iterable[ModuleTypeRule] = (),
     *,
     layout: Layout | None = None,
+    config: ModelConfig | None = None,
 ) -> list[TensorSnapshot]:
     """`snapshots` with their owning module's type, for saving them through `adapter`.
 
@@ -174,6 +195,8 @@ def assign_module_types(
         adapter: the to-adapter they are saved through.
         rules: regex -> module type (``{"^emb": "Embedding"}``), or `ModuleTypeRule`s.
         layout: the layout to infer in, when not the one `adapter` reads.
+        config: the model's ``config.json`` (`ModelConfig.beside`), which settles GPT-2's
+            Conv1D layers and a model's head by name.
 
     Raises:
         ModuleTypeNeededError: an ambiguous owner that `adapter` treats differently per
@@ -191,7 +214,7 @@ def assign_module_types(
     typed_rules = _rules(rules)
     if layout is None:
         layout = _layout_of(adapter)
-    guesses = infer_module_types(snapshots, layout)
+    guesses = infer_module_types(snapshots, layout, config=config)
     assigned: list[TensorSnapshot] = []
     unclear: list[tuple[str, ModuleGuess]] = []
     misfits: list[tuple[str, ModuleGuess]] = []
@@ -269,6 +292,63 @@ def _group_guess(leaves: Mapping[str, tuple[int, ...]], layout: Layout | None) -
             return ModuleGuess(("RmsNorm", "PRelu"), "a 1-D weight with no bias")
         return ModuleGuess(("LayerNorm",)) if bias == weight else ModuleGuess(())
     return ModuleGuess(())
+
+
+def _by_known_names(
+    groups: Mapping[str, Mapping[str, tuple[int, ...]]],
+    by_shape: Mapping[str, ModuleGuess],
+    layout: Layout | None,
+    config: ModelConfig | None,
+) -> dict[str, ModuleGuess]:
+    """Module prefix -> the guess its name settles (`_known_models`), where it differs from
+    the shapes' one."""
+    settled: dict[str, ModuleGuess] = {}
+    for prefix, guess in by_shape.items():
+        if guess.candidates != _LINEAR_OR_EMBEDDING:
+            continue
+        module = prefix.rpartition(".")[2]
+        if EMBEDDING_MODULE.fullmatch(module):
+            settled[prefix] = ModuleGuess(("Embedding",))
+        elif module in HEAD_MODULES and config is not None:
+            settled[prefix] = ModuleGuess(("Linear",))
+    if layout != "burn":  # Burn has no Conv1D: a Burn file holds them as Linears
+        settled.update(_conv1d_guesses(groups, config))
+    return settled
+
+
+def _conv1d_guesses(
+    groups: Mapping[str, Mapping[str, tuple[int, ...]]], config: ModelConfig | None
+) -> dict[str, ModuleGuess]:
+    """The weight-and-bias modules named as GPT-2's Conv1D layers that are Conv1D: those not
+    laid out ``[out, in]`` when `config` says a Conv1D family; none when it names another;
+    else those when every non-square one is ``[in, out]``, squares ambiguous without that."""
+    fits: dict[str, str] = {}
+    for prefix, leaves in groups.items():
+        if prefix.rpartition(".")[2] in CONV1D_MODULES and set(leaves) == _PLAIN_LEAVES:
+            fit = _dense_fit(leaves["weight"], leaves["bias"])
+            if fit is not None:
+                fits[prefix] = fit
+    conv1d = {p: ModuleGuess(("Conv1D",)) for p, fit in fits.items() if fit != "linear"}
+    if config is not None and config.names_model:
+        return conv1d if config.uses_conv1d else {}
+    evidence = {fit for fit in fits.values() if fit != "square"}
+    if evidence == {"conv1d"}:
+        return conv1d
+    if evidence == {"linear"}:
+        return {}
+    why = "a square weight named like transformers' Conv1D, and no config.json or layer to tell"
+    return {p: ModuleGuess(("Linear", "Conv1D"), why) for p, fit in fits.items() if fit == "square"}
+
+
+def _dense_fit(weight: tuple[int, ...], bias: tuple[int, ...]) -> str | None:
+    """How a 2-D `weight` and its `bias` lie: ``"linear"`` (``[out, in]``), ``"conv1d"``
+    (``[in, out]``), ``"square"`` (either), None (neither)."""
+    if len(weight) != 2 or len(bias) != 1:
+        return None
+    rows, cols = weight
+    if bias[0] == rows:
+        return "square" if bias[0] == cols else "linear"
+    return "conv1d" if bias[0] == cols else None
 
 
 def _linear_bias(weight: tuple[int, ...], bias: tuple[int, ...], layout: Layout | None) -> bool:

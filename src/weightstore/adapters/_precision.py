@@ -26,11 +26,12 @@ DEFAULT_HALF_PRECISION_MODULES: Final = frozenset(
     {
         "Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
         "ConvTranspose2d", "ConvTranspose3d", "DeformConv2d", "LayerNorm", "GroupNorm",
-        "InstanceNorm", "RmsNorm", "PRelu",
+        "InstanceNorm", "RmsNorm", "PRelu", "Conv1D",
     }
 )  # fmt: skip
-"""The module types (Burn's names) `HalfPrecisionAdapter` converts by default: Burn's set.
-BatchNorm is left out because its running variance underflows in F16."""
+"""The module types (Burn's names) `HalfPrecisionAdapter` converts by default: Burn's set, and
+transformers' ``Conv1D`` (GPT-2's Linear layers). BatchNorm is left out because its running
+variance underflows in F16."""
 
 _F32, _F16 = from_name("F32"), from_name("F16")
 

@@ -3,7 +3,8 @@
 torch stores a Linear weight as ``[d_out, d_in]``, Burn as ``[d_in, d_out]``; the transpose is
 its own inverse, so both directions transpose. Norm layers call their parameters ``weight`` and
 ``bias`` in torch, ``gamma`` and ``beta`` in Burn. Conv, ConvTranspose and Embedding weights have
-the same layout in both and pass through.
+the same layout in both and pass through, as does transformers' ``Conv1D`` (GPT-2's ``c_attn``):
+it stores its weight ``[in, out]``, Burn's Linear layout already.
 
 In weightstore the model side is torch: load a Burn file with ``BurnToPyTorchAdapter`` as the
 from-adapter, save for Burn with ``PyTorchToBurnAdapter`` as the to-adapter.
