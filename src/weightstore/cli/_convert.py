@@ -19,7 +19,8 @@ converted file loads into the model the source came from.
 The layout and half-precision adapters act by the type of the module owning each tensor, which
 a file does not record; the library infers it from names and shapes
 (`weightstore.adapters.assign_module_types`, as a model-free `save_into` does), and
-``--module-type PATTERN=TYPE`` says it where inference cannot (`weightstore.cli._modules`).
+``--module-type PATTERN=TYPE`` says it where inference cannot (`weightstore.cli._modules`). A
+local SRC's ``config.json`` beside it types a Hugging Face model's layers by name.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from weightstore.adapters import (
     BurnToPyTorchAdapter,
     FloatCastAdapter,
     HalfPrecisionAdapter,
+    ModelConfig,
     PyTorchToBurnAdapter,
 )
 from weightstore.bridge import ModelFreeSource, source_for
@@ -282,7 +284,8 @@ def _owned(
     if not _flags(args):
         return list(snapshots)
     assert adapter is not None
-    return typed_for_command(snapshots, adapter, args.module_type or (), _flags(args))
+    config = None if is_url(args.src) else ModelConfig.beside(args.src)
+    return typed_for_command(snapshots, adapter, args.module_type or (), _flags(args), config)
 
 
 def _carried_metadata(store: Store) -> dict[str, str]:

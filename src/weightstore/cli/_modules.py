@@ -5,7 +5,8 @@ file does not record it, so `weightstore.adapters.assign_module_types` infers it
 and shapes, as a model-free `save_into` does. The command adds its ``--module-type
 PATTERN=TYPE`` rules, words a refusal by the flags typed (``--to-burn treats them
 differently; name it with --module-type ...``), and gives every tensor a type (Burn's
-``Unknown`` where none applies), so that the save sees every type settled.
+``Unknown`` where none applies), so that the save sees every type settled. A ``config.json``
+beside the source (`ModelConfig.beside`) lets inference type a Hugging Face model by name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from weightstore.adapters import Adapter, ModuleTypeRule, assign_module_types
+from weightstore.adapters import Adapter, ModelConfig, ModuleTypeRule, assign_module_types
 from weightstore.cli._errors import about
 from weightstore.errors import ModuleTypeNeededError
 from weightstore.snapshot import TensorSnapshot
@@ -28,12 +29,14 @@ def typed_for_command(
     adapter: Adapter,
     module_types: Iterable[tuple[str, str]],
     flags: str,
+    config: ModelConfig | None = None,
 ) -> list[TensorSnapshot]:
     """`snapshots` with their owner's type for `adapter` (asked for by `flags`), the
     ``--module-type`` pairs overriding; ``Unknown`` where none applies.
 
     The snapshots come from a store: any container they carry is the store's own inference,
-    made for no adapter in particular, so the command infers again for its own.
+    made for no adapter in particular, so the command infers again for its own, with the
+    source's `config` when it has one.
 
     Raises:
         InvalidOptionError: a ``--module-type`` regex does not compile (named by the flag).
@@ -43,7 +46,7 @@ def typed_for_command(
         rules = [ModuleTypeRule.from_regex(regex, kind) for regex, kind in module_types]
     untyped = [snapshot.replace(container=()) for snapshot in snapshots]
     try:
-        owned = assign_module_types(untyped, adapter, rules)
+        owned = assign_module_types(untyped, adapter, rules, config=config)
     except ModuleTypeNeededError as refused:
         raise _worded(refused, flags) from None
     return [s if s.container else s.replace(container=_UNKNOWN_OWNER) for s in owned]
