@@ -98,6 +98,9 @@ class Store:
         self._static = static
         self._options = options if options is not None else self._defaults()
         self._cache: dict[str, TensorSnapshot] | None = None
+        # With the cache: each name the list renumbering changed -> the name before it, so
+        # that a report names the file's tensors as the file does.
+        self._renumbered: dict[str, str] = {}
         self._reading = reading if reading is not None else OpenReader()
 
     # -- constructors ---------------------------------------------------------------------------
@@ -209,6 +212,7 @@ class Store:
         clone.__dict__.update(self.__dict__)
         clone._options = self._options.replace(**changes)
         clone._cache = None
+        clone._renumbered = {}
         reread = READER_OPTIONS & changes.keys()
         if any(getattr(self._options, name) != changes[name] for name in reread):
             clone._reading = OpenReader()  # the copy reads the source another way
@@ -489,18 +493,22 @@ class Store:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
         renumbered; filters are not applied. Sorted by name."""
         if self._cache is None:
-            self._cache = self._snapshots_by_name(self._read_snapshots())
+            return self._fill_cache(self._read_snapshots())
         return self._cache
 
-    def _snapshots_by_name(self, snapshots: list[TensorSnapshot]) -> dict[str, TensorSnapshot]:
-        """`get_all_snapshots` from the container's own snapshots."""
+    def _fill_cache(self, snapshots: list[TensorSnapshot]) -> dict[str, TensorSnapshot]:
+        """`get_all_snapshots` from the container's own snapshots, cached, with the names the
+        renumbering changed remembered (`_renumbered`)."""
         with collector_paused():  # a snapshot per tensor: no garbage, but collections to trigger
             renamed = self._remapped_by_name(snapshots)
             mapper = self._index_mapper()
+            self._renumbered = {}
             if mapper is not None:  # as in Burn: remap first, then renumber lists
                 numbering = mapper(renamed)
+                self._renumbered = {new: old for old, new in numbering.items() if new != old}
                 renamed = {numbering[n]: s.with_name(numbering[n]) for n, s in renamed.items()}
-            return dict(sorted(renamed.items()))
+            self._cache = dict(sorted(renamed.items()))
+            return self._cache
 
     def keys(self) -> list[str]:
         """The source's tensor names as a load sees them (remapped, renumbered), sorted."""
@@ -556,6 +564,7 @@ class Store:
             )  # fmt: skip
         finally:
             self._cache = None
+            self._renumbered = {}
             self._output.saves += 1
 
     def apply_to(self, model: object, *, device: Any = None) -> ApplyResult:
@@ -588,10 +597,11 @@ class Store:
         if not is_set_source(filename):
             return None
         from weightstore.snapshot import reader_snapshots
+
         whole = self._open()
         restriction = restricted_for_load(whole, self._options, filename)
         if restriction is None:
-            self._cache = self._snapshots_by_name(reader_snapshots(whole))
+            self._fill_cache(reader_snapshots(whole))
             return None
         reader, dropped = restriction
         with collector_paused():
@@ -607,11 +617,14 @@ class Store:
     ) -> ApplyResult:
         """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
         passes a rank's slices of them); the store's options, report and failures as there.
-        `unused` names source tensors left out before the load, reported as unused."""
+        `unused` names source tensors left out before the load, reported as unused; the report
+        names unused tensors as the file does (before list renumbering)."""
         path = None if self._path is None else self._file_path(for_write=False)
+        file_names = self._renumbered if self._cache is not None else {}
         return apply_snapshots(
             model, snapshots, device, fmt=self._format(), options=self._options, path=path,
             map_indices=self._index_mapper(), opens_under=self._opens_under, unused=unused,
+            file_names=file_names,
         )  # fmt: skip
 
     def _opens_under(self, key: str) -> bool:

@@ -7,7 +7,7 @@ itself, so the pipeline sits below the store class (`_base`) and imports nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
@@ -57,10 +57,14 @@ def apply_snapshots(
     map_indices: IndexMapper | None,
     opens_under: Callable[[str], bool],
     unused: Sequence[str] = (),
+    file_names: Mapping[str, str] | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` with the store's `options`; `path` is the source file
     (None for memory). `unused` names source tensors left out before the load, reported as
-    unused.
+    unused. `file_names` maps a snapshot name the list renumbering changed back to the name
+    before it: the report lists unused tensors under those, the names the file holds, and
+    its hints (a changed prefix) are found on them, since renumbering one side of a
+    ``module.`` prefix (``module.2`` -> ``module.1``) hides what the other side's names are.
 
     Raises:
         LoadFailedError: as `Store.apply_to` says.
@@ -83,7 +87,9 @@ def apply_snapshots(
             source_path=path,
             rules=rules,
         )
-        if unused:
+        if file_names:
+            result.unused = [file_names.get(name, name) for name in result.unused]
+        if unused or file_names:
             result.unused = sorted([*result.unused, *unused])
         result.top_level_key = checked_top_level_key(result, fmt, options, opens_under)
     failure = result.refused or rules.failure(result)
