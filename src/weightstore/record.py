@@ -315,19 +315,26 @@ def _record_fix(result: ApplyResult, failure: LoadFailure, record: ModuleRecord)
         return f"{errors_fix}, or {leave}"
     if failure == "unused":
         return "use record.allow_unused(True) to ignore them"
-    change = result.prefix_change()
+    layout = result.layout_change()
+    change = result.prefix_change() if layout is None else None
+    store = (  # a record cannot rename; a store over its bytes can
+        f"BurnpackStore.from_file({record.source!r})"
+        if record.source is not None
+        else "BurnpackStore.from_bytes(record.into_bytes())"
+    )
     renamed = ""
-    if change is not None:  # a record cannot rename; a store over its bytes can
-        store = (
-            f"BurnpackStore.from_file({record.source!r})"
-            if record.source is not None
-            else "BurnpackStore.from_bytes(record.into_bytes())"
-        )
+    if layout is not None and layout.prefix is None:
+        renamed = f"{layout}: pass adapter={layout.adapter} to load_record"
+    elif layout is not None:
+        renamed = f"{layout}: load it with {store}{layout.fix()}"
+    elif change is not None:
         renamed = f"{change}: load it with {store}{change.fix()}"
     if failure == "nothing_loaded":
         compare = "compare the record's names (record.keys()) with the model's"
         fixes = [renamed or compare] if result.missing else []
         fixes += [errors_fix] if result.errors else []
         return "; ".join([*fixes, "no allowance accepts a load that loads nothing"])
+    if not result.partial_load_advisable():  # most of the model would stay unloaded
+        return renamed or "compare the record's names (record.keys()) with the model's"
     leave = "use record.allow_partial(True) to leave them as they are"
     return f"{renamed}, or {leave}" if renamed else leave

@@ -253,11 +253,11 @@ def test_suggestions_are_sorted_by_similarity_and_ties_keep_unused_order() -> No
 SUCCESS_SUMMARY = """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
-│ ✓ Successfully applied: 2 tensors
-│ ⊘ Skipped (filtered):  1 tensor
-│ ✗ Missing in source:    0 tensors
-│ ? Unused in target:     0 tensors
-│ ! Errors:               0 errors
+│ ✓ Successfully applied:       2 tensors
+│ ⊘ Skipped (filtered):         1 tensor
+│ ✗ Missing in source:          0 tensors
+│ ? In source, unused by model: 0 tensors
+│ ! Errors:                     0 errors
 │
 └───────────────────────────────────────────────────"""
 
@@ -270,11 +270,11 @@ def test_summary_of_a_clean_load() -> None:
 FULL_SUMMARY = """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
-│ ✓ Successfully applied: 1 tensor
-│ ⊘ Skipped (filtered):  0 tensors
-│ ✗ Missing in source:    3 tensors
-│ ? Unused in target:     3 tensors
-│ ! Errors:               2 errors
+│ ✓ Successfully applied:       1 tensor
+│ ⊘ Skipped (filtered):         0 tensors
+│ ✗ Missing in source:          3 tensors
+│ ? In source, unused by model: 3 tensors
+│ ! Errors:                     2 errors
 │
 ├─ Missing Tensors (requested by model but not found in source)
 │
@@ -340,11 +340,11 @@ LONG_SUMMARY = (
     """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
-│ ✓ Successfully applied: 0 tensors
-│ ⊘ Skipped (filtered):  0 tensors
-│ ✗ Missing in source:    12 tensors
-│ ? Unused in target:     11 tensors
-│ ! Errors:               13 errors
+│ ✓ Successfully applied:       0 tensors
+│ ⊘ Skipped (filtered):         0 tensors
+│ ✗ Missing in source:          12 tensors
+│ ? In source, unused by model: 11 tensors
+│ ! Errors:                     13 errors
 │
 ├─ Missing Tensors (requested by model but not found in source)
 │
@@ -398,12 +398,12 @@ REFUSED_SUMMARY = """\
 ┌─ Tensor Loading Summary ─────────────────────────
 │
 │ Source: model.safetensors
-│ ✓ Successfully applied: 0 tensors
-│ ⊘ Skipped (filtered):  0 tensors
-│ ✗ Missing in source:    1 tensor
-│ ? Unused in target:     0 tensors
-│ ! Errors:               1 error
-│ ⏸ Held back:            2 tensors (the load was refused before writing; the model is unchanged)
+│ ✓ Successfully applied:       0 tensors
+│ ⊘ Skipped (filtered):         0 tensors
+│ ✗ Missing in source:          1 tensor
+│ ? In source, unused by model: 0 tensors
+│ ! Errors:                     1 error
+│ ⏸ Held back:                  2 tensors (the load was refused before writing; the model is unchanged)
 │
 ├─ Missing Tensors (requested by model but not found in source)
 │
@@ -414,7 +414,7 @@ REFUSED_SUMMARY = """\
 │
 │  ⚠️  tensor 'x': data failed to load: gone
 │
-└───────────────────────────────────────────────────"""
+└───────────────────────────────────────────────────"""  # noqa: E501
 
 
 def test_summary_counts_in_the_singular_and_shows_source_and_refusal() -> None:

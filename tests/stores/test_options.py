@@ -172,7 +172,7 @@ def test_missing_tensors_raise_with_summary_unless_partial(store_type: Any) -> N
     with pytest.raises(LoadFailedError) as caught:
         load_from(target, store_type.from_bytes(data))
     message = str(caught.value)
-    assert "Missing in source:    2 tensors" in message
+    assert "Missing in source:          2 tensors" in message
     assert "encoder.0.weight" in message and ".allow_partial(True)" in message
     assert caught.value.result.missing == [("encoder.0.weight", "dict"),
                                            ("encoder.1.weight", "dict")]  # fmt: skip

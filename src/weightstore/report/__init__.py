@@ -2,17 +2,19 @@
 
 Three modules, each with one job, layered so that none imports another back: the data
 (`ApplyResult`, `ApplyError`: `_result.py`) asks the diagnosis (`_diagnosis.py`: the adapter
-that fixes an error, a changed name prefix, "did you mean" names) and renders itself through the
-text (`_summary.py`: Burn's summary box). The text is the bottom: it reads a report through a
-protocol of its own, and the diagnosis words its findings with it; the data, on top, is the only
-module that knows all three.
+that fixes an error, a changed name prefix or layout, "did you mean" names) and renders itself
+through the text (`_summary.py`: Burn's summary box). The text is the bottom: it reads a report
+through a protocol of its own, and the diagnosis words its findings with it; the data, on top,
+is the only module that knows all three.
 """
 
 from __future__ import annotations
 
 from weightstore.report._diagnosis import (
     SUGGESTION_THRESHOLD,
+    LayoutChange,
     PrefixChange,
+    find_layout_change,
     find_prefix_change,
     jaro_similarity,
 )
@@ -26,8 +28,10 @@ __all__ = [
     "ApplyError",
     "ApplyErrorKind",
     "ApplyResult",
+    "LayoutChange",
     "LoadFailure",
     "PrefixChange",
+    "find_layout_change",
     "find_prefix_change",
     "jaro_similarity",
 ]

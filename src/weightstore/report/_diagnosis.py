@@ -8,6 +8,11 @@ Three diagnoses, each a pure function of names, shapes and dtypes:
 - `find_prefix_change`: the source's names are the model's with one leading prefix changed
   (``module.``, ``model.``, ``state_dict.``), the usual reason a load matches almost nothing;
   `PrefixChange.fix` is the builder call that undoes it.
+- `find_layout_change`: the source's names are the model's as another framework lays the
+  layer out (torch's ``weight`` for Flax's ``kernel``, ``running_mean`` for ``mean``), perhaps
+  under a changed prefix too; `LayoutChange.fix` names the adapter that loads them. A load
+  that matches only the biases is a wrong load, not a partial one, and
+  `partial_load_advisable` says when leaving tensors unloaded is a fix worth naming.
 - `suggestions`: "did you mean" names for a missing path, by the Jaro similarity exactly as
   Rust's `textdistance` 1.1.1 computes it (`jaro_similarity`), so that they are Burn's.
 
@@ -17,9 +22,10 @@ of its own fields, and this module never imports it back.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
-from typing import Final
+from typing import Final, Literal
 
 from weightstore.base._record import ValueRecord
 from weightstore.dtypes import from_name
@@ -28,11 +34,14 @@ from weightstore.report._summary import count, shown
 
 __all__ = [
     "SUGGESTION_THRESHOLD",
+    "LayoutChange",
     "PrefixChange",
     "advice",
+    "find_layout_change",
     "find_prefix_change",
     "fixing_adapter",
     "jaro_similarity",
+    "partial_load_advisable",
     "suggestions",
 ]
 
@@ -161,15 +170,20 @@ class PrefixChange(ValueRecord):
         pattern, replacement = self.remapping()
         return f".with_key_remapping({_python_string(pattern)}, {_python_string(replacement)})"
 
-    def __str__(self) -> str:
-        verb, their = ("is", "its") if self.explained == 1 else ("are", "their")
+    def how(self, *, plural: bool = True) -> str:
+        """How the source names a missing tensor under this change, in words (``in the source
+        as 'module.' + their name``)."""
+        their = "their" if plural else "its"
         source, model = shown(self.source_prefix), shown(self.model_prefix)
         if not self.model_prefix:
-            how = f"in the source as {source!r} + {their} name"
-        elif not self.source_prefix:
-            how = f"in the source without {their} {model!r} prefix"
-        else:
-            how = f"in the source with {source!r} in place of {model!r}"
+            return f"in the source as {source!r} + {their} name"
+        if not self.source_prefix:
+            return f"in the source without {their} {model!r} prefix"
+        return f"in the source with {source!r} in place of {model!r}"
+
+    def __str__(self) -> str:
+        verb = "is" if self.explained == 1 else "are"
+        how = self.how(plural=self.explained != 1)
         return f"{self.explained:,} of {count(self.missing, 'missing tensor')} {verb} {how}"
 
 
@@ -249,6 +263,166 @@ def _fix_is_safe(source_prefix: str, applied: Collection[str]) -> bool:
     if not source_prefix:
         return not applied
     return not any(path.startswith(source_prefix) for path in applied)
+
+
+class LayoutChange(ValueRecord):
+    """The source's names are the model's in another framework's layout: a torch checkpoint
+    for a Flax model (``fc.weight`` for ``fc.kernel``, ``bn.running_mean`` for ``bn.mean``), a
+    Flax file for a torch model, a Burn file for a Flax model; perhaps under a changed prefix
+    too (Linen's ``params.`` collection, DataParallel's ``module.``). Only the biases match by
+    name, so a partial load would leave every kernel at its initial values; the fix is the
+    adapter. Found by `find_layout_change`.
+
+    Attributes:
+        adapter: the adapter that loads the source, as Python (``PyTorchToFlaxAdapter()``).
+        framework: whose layout the source's names are in (``PyTorch``, ``Burn``, ``Flax``).
+        explained: how many missing paths the source holds under the other layout's names.
+        missing: how many paths are missing in all.
+        prefix: the prefix change the names also need, if any.
+        renames: ``(model path, source name)`` of each explained path, sorted.
+    """
+
+    adapter: str
+    framework: str
+    explained: int
+    missing: int
+    prefix: PrefixChange | None
+    renames: tuple[tuple[str, str], ...]
+
+    def source_name(self, path: str) -> str | None:
+        """The name model path `path` has in the source under this change; None when the
+        change does not explain it."""
+        at = bisect.bisect_left(self.renames, (path, ""))
+        found = self.renames[at] if at < len(self.renames) else None
+        return found[1] if found is not None and found[0] == path else None
+
+    def fix(self, *, top_level_key: bool = False) -> str:
+        """The store builder calls that load the source: the adapter, then the prefix fix
+        (`PrefixChange.fix`) when the names need one too."""
+        adapter = f".with_from_adapter({self.adapter})"
+        if self.prefix is None:
+            return adapter
+        return adapter + self.prefix.fix(top_level_key=top_level_key)
+
+    def __str__(self) -> str:
+        verb = "is" if self.explained == 1 else "are"
+        renamed = [pair for pair in self.renames if _leaf(pair[0]) != _leaf(pair[1])]
+        kernels = [pair for pair in renamed if _leaf(pair[0]) == "kernel" or "kernel" in pair[1]]
+        model, source = (kernels or renamed or self.renames)[0]  # a kernel reads best
+        text = (
+            f"{self.explained:,} of {count(self.missing, 'missing tensor')} {verb} in the "
+            f"source under {self.framework}'s names (such as {shown(source)!r} for "
+            f"{shown(model)!r})"
+        )
+        if self.prefix is None:
+            return text
+        how = self.prefix.how(plural=self.explained != 1).removeprefix("in the source ")
+        return f"{text} and {how}"
+
+
+class _Layout(ValueRecord):
+    """A framework's layout the built-in adapters load: which side's names are Flax's
+    (``model``: a Flax model reading another framework's file), each Flax leaf's name on the
+    other side, and a norm's bias there."""
+
+    adapter: str
+    framework: str
+    flax_side: Literal["model", "source"]
+    leaves: tuple[tuple[str, str], ...]
+    norm_bias: str = "bias"
+
+    def other_name(self, name: str, normed: Collection[str]) -> str:
+        """`name` of the Flax side as the other side names it; `normed` holds the parents of
+        the names with a ``scale`` leaf (norm layers, whose bias may be named differently)."""
+        head, dot, leaf = name.rpartition(".")
+        other = dict(self.leaves).get(leaf, leaf)
+        if leaf == "bias" and head in normed:
+            other = self.norm_bias
+        return f"{head}{dot}{other}"
+
+
+_FLAX_AS_TORCH: Final = (
+    ("kernel", "weight"), ("scale", "weight"), ("embedding", "weight"),
+    ("mean", "running_mean"), ("var", "running_var"),
+)  # fmt: skip
+_FLAX_AS_BURN: Final = (
+    ("kernel", "weight"), ("scale", "gamma"), ("embedding", "weight"),
+    ("mean", "running_mean"), ("var", "running_var"),
+)  # fmt: skip
+
+_LAYOUTS: Final = (  # in order of preference on a tie: torch files are the common case
+    _Layout("PyTorchToFlaxAdapter()", "PyTorch", "model", _FLAX_AS_TORCH),
+    _Layout("BurnToFlaxAdapter()", "Burn", "model", _FLAX_AS_BURN, norm_bias="beta"),
+    _Layout("FlaxToPyTorchAdapter()", "Flax", "source", _FLAX_AS_TORCH),
+)
+"""The layouts of `adapters/_pytorch_flax.py`'s table that a load can meet: a torch or Burn
+file into a Flax model, a Flax file into a torch model."""
+
+_MIN_RENAMED_SHARE: Final = 3  # at least one explained path in this many has another leaf name
+
+
+def find_layout_change(
+    missing: Collection[str], unused: Collection[str], applied: Collection[str] = ()
+) -> LayoutChange | None:
+    """The other framework's layout that explains the most `missing` paths, if it explains
+    more than half and a third of them or more differ in their leaf name (``kernel`` for
+    ``weight``: a layer's kernel or scale, not only its bias). Names alone decide, so a Burn
+    file without norms reads as torch's (the adapters agree for the rest). The names may also
+    differ by a prefix change (`find_prefix_change` on the translated names).
+
+    Args:
+        missing: model paths the source lacks.
+        unused: source names the model never asked for.
+        applied: paths that loaded (a prefix fix may rename none of them).
+    """
+    if not missing or not unused:
+        return None
+    found = (_layout_explains(layout, missing, unused, applied) for layout in _LAYOUTS)
+    changes = [change for change in found if change is not None]
+    return max(changes, key=lambda change: change.explained, default=None)  # first on a tie
+
+
+def _layout_explains(
+    layout: _Layout, missing: Collection[str], unused: Collection[str], applied: Collection[str]
+) -> LayoutChange | None:
+    """`find_layout_change` for one layout."""
+    model, source = {path: path for path in missing}, {name: name for name in unused}
+    flax_names = model if layout.flax_side == "model" else source
+    normed = {name.rpartition(".")[0] for name in flax_names if _leaf(name) == "scale"}
+    translated = {layout.other_name(name, normed): name for name in flax_names}
+    if layout.flax_side == "model":
+        model = translated
+    else:
+        source = translated
+    renames = [(model[name], source[name]) for name in model if name in source]
+    prefix = None
+    if 2 * len(renames) <= len(missing):
+        prefix = find_prefix_change(model, source, applied)
+        if prefix is None:
+            return None
+        named = ((model[name], prefix.source_name(name)) for name in model)
+        renames = [(path, source[name]) for path, name in named if name in source]
+        if 2 * len(renames) <= len(missing):
+            return None
+    renamed = sum(_leaf(path) != _leaf(name) for path, name in renames)
+    if renamed == 0 or _MIN_RENAMED_SHARE * renamed < len(renames):
+        return None
+    return LayoutChange(
+        layout.adapter, layout.framework, len(renames), len(missing), prefix, tuple(sorted(renames))
+    )
+
+
+def _leaf(name: str) -> str:
+    """The last segment of a dotted name."""
+    return name.rpartition(".")[2]
+
+
+def partial_load_advisable(missing: int, tensors: int) -> bool:
+    """Whether to name ``allow_partial`` as the fix for `missing` of the model's `tensors`
+    missing: only when half of them or fewer are. A load that leaves most of a model at its
+    initial values is a wrong load (names in another layout, another model), and loading the
+    rest hides it."""
+    return 2 * missing <= tensors
 
 
 def _python_string(text: str) -> str:

@@ -31,10 +31,13 @@ from typing import Final, Literal, TypeAlias
 
 from weightstore.base._record import ValueRecord
 from weightstore.report._diagnosis import (
+    LayoutChange,
     PrefixChange,
     advice,
+    find_layout_change,
     find_prefix_change,
     fixing_adapter,
+    partial_load_advisable,
     suggestions,
 )
 from weightstore.report._summary import render
@@ -206,6 +209,25 @@ class ApplyResult:
         """The prefix change between the source's names and the model's that explains most
         missing paths, if any does (`find_prefix_change`)."""
         return find_prefix_change([path for path, _ in self.missing], self.unused, self.applied)
+
+    def layout_change(self) -> LayoutChange | None:
+        """The other framework's layout the source's names are in, when it explains most
+        missing paths better than a prefix change alone (`find_layout_change`): a torch file
+        loaded into a Flax model without ``PyTorchToFlaxAdapter()``."""
+        missing = [path for path, _ in self.missing]
+        layout = find_layout_change(missing, self.unused, self.applied)
+        if layout is None:
+            return None
+        prefix = self.prefix_change()
+        return layout if prefix is None or layout.explained > prefix.explained else None
+
+    def partial_load_advisable(self) -> bool:
+        """Whether ``allow_partial`` is a fix worth naming for the missing tensors: half the
+        model's tensors (applied, held back, skipped, missing or failed) or fewer are missing,
+        and no other framework's layout explains them (`layout_change`)."""
+        tensors = len(self.applied) + len(self.held_back) + len(self.skipped) + len(self.errors)
+        advisable = partial_load_advisable(len(self.missing), tensors + len(self.missing))
+        return advisable and self.layout_change() is None
 
     def suggestions(self, path: str, *, limit: int = 1) -> list[str]:
         """Unused source paths that `path` (usually a missing one) was probably meant to be.

@@ -1,11 +1,13 @@
 """The load report as a person reads it: Burn's "Tensor Loading Summary" box, line for line.
 
-Users of both libraries read one format, so the box, its section titles, its code points and its
-odd spacing are Burn's; the hints show Python instead of Rust. It departs where Burn misleads:
-counts are singular or plural ("1 tensor"), the source file heads the box when known, a refused
-load says the model is unchanged, and a section names the builder call that fixes names which
-differ from the model's by a prefix. Names taken from a file are cut to `MAX_NAME_LEN`
-characters, since a file may hold megabyte names and a message must stay readable.
+Users of both libraries read one format, so the box, its section titles and its code points are
+Burn's; the hints show Python instead of Rust. It departs where Burn misleads: counts are
+singular or plural ("1 tensor"), the source file heads the box when known, Burn's "Unused in
+target" reads "In source, unused by model" (what it counts), a refused load says the model is
+unchanged, and a section names the builder call that fixes names which differ from the model's
+by a prefix or are another framework's (the adapter). Names taken from a file are cut to
+`MAX_NAME_LEN` characters, since a file may hold megabyte names and a message must stay
+readable.
 
 This module is the bottom of the report package: it reads a report through the small
 `Summarized` protocol and knows neither the report's class nor how its diagnosis is found, so
@@ -23,6 +25,7 @@ __all__ = [
     "SHOWN_PER_SECTION",
     "Summarized",
     "SummarizedChange",
+    "SummarizedRenaming",
     "count",
     "render",
     "shown",
@@ -36,14 +39,9 @@ MAX_NAME_LEN: Final = 200
 file may hold megabyte names, and a message must stay readable."""
 
 
-class SummarizedChange(Protocol):
-    """What the summary asks of a prefix change (`PrefixChange`): its sentence, its fix, and
-    the name a missing path has in the source under it."""
-
-    @property
-    def top_level_key(self) -> str | None:
-        """The top-level key of a checkpoint the source's names may come from, if any."""
-        ...
+class SummarizedRenaming(Protocol):
+    """What the summary asks of a change of names (`PrefixChange`, `LayoutChange`): its
+    sentence (``str``), its fix, and the name a missing path has in the source under it."""
 
     def fix(self, *, top_level_key: bool = False) -> str:
         """The store builder call that undoes the change, as Python."""
@@ -51,6 +49,16 @@ class SummarizedChange(Protocol):
 
     def source_name(self, path: str) -> str | None:
         """The name model path `path` has in the source under the change, if any."""
+        ...
+
+
+class SummarizedChange(SummarizedRenaming, Protocol):
+    """What the summary asks of a prefix change (`PrefixChange`): a renaming that may come
+    from a checkpoint's top-level key."""
+
+    @property
+    def top_level_key(self) -> str | None:
+        """The top-level key of a checkpoint the source's names may come from, if any."""
         ...
 
 
@@ -108,6 +116,10 @@ class Summarized(Protocol):
         """The prefix change that explains most missing paths, if one does."""
         ...
 
+    def layout_change(self) -> SummarizedRenaming | None:
+        """The other framework's layout that explains most missing paths, if one does."""
+        ...
+
     def suggestions(self, path: str) -> list[str]:
         """The "did you mean" names for the missing path `path`."""
         ...
@@ -127,11 +139,15 @@ def render(result: Summarized) -> str:
     """The whole box for `result`: counts, then the prefix, missing, unused and error sections
     that have something to say."""
     lines = _counts_lines(result)
-    change = result.prefix_change()
+    layout = result.layout_change()
+    change = result.prefix_change() if layout is None else None
+    if layout is not None:
+        fix = f"│      💡 Fix: add {layout.fix()} to the store"
+        lines += _listing("Names in Another Framework's Layout", [f"│  ⚠️  {layout}", fix])
     if change is not None:
         lines += _prefix_lines(change, result.top_level_key)
     if result.missing:
-        lines += _missing_lines(result, change)
+        lines += _missing_lines(result, layout or change)
     if result.unused:
         lines += _listing(
             "Unused Tensors (in source but not used by model)",
@@ -149,21 +165,22 @@ def render(result: Summarized) -> str:
 
 def _counts_lines(result: Summarized) -> list[str]:
     """The box top, the source, the five counts and, for a refused load, what was held back.
-    The odd spacing after "Skipped" is Burn's, kept."""
+    Burn's "Unused in target" counts what is in the source and unused by the model, and says
+    so here; the counts line up after the longest label."""
     lines = ["┌─ Tensor Loading Summary " + "─" * 25, "│"]
     if result.source is not None:
         lines.append(f"│ Source: {shown(result.source)}")
     lines += [
-        f"│ ✓ Successfully applied: {count(len(result.applied), 'tensor')}",
-        f"│ ⊘ Skipped (filtered):  {count(len(result.skipped), 'tensor')}",
-        f"│ ✗ Missing in source:    {count(len(result.missing), 'tensor')}",
-        f"│ ? Unused in target:     {count(len(result.unused), 'tensor')}",
-        f"│ ! Errors:               {count(len(result.errors), 'error')}",
+        f"│ ✓ Successfully applied:       {count(len(result.applied), 'tensor')}",
+        f"│ ⊘ Skipped (filtered):         {count(len(result.skipped), 'tensor')}",
+        f"│ ✗ Missing in source:          {count(len(result.missing), 'tensor')}",
+        f"│ ? In source, unused by model: {count(len(result.unused), 'tensor')}",
+        f"│ ! Errors:                     {count(len(result.errors), 'error')}",
     ]
     if result.refused is not None:
         lines.append(
-            f"│ ⏸ Held back:            {count(len(result.held_back), 'tensor')} (the load was "
-            "refused before writing; the model is unchanged)"
+            f"│ ⏸ Held back:                  {count(len(result.held_back), 'tensor')} (the load "
+            "was refused before writing; the model is unchanged)"
         )
     return lines
 
@@ -213,10 +230,10 @@ _ENUM_ADVICE: Final = (
 )
 
 
-def _missing_lines(result: Summarized, change: SummarizedChange | None) -> list[str]:
+def _missing_lines(result: Summarized, change: SummarizedRenaming | None) -> list[str]:
     """The missing section: the enum advice when it applies, then paths with suggestions (the
-    name under the prefix `change`, when the source has it: exact, and no Jaro scan of every
-    unused name)."""
+    name under the prefix or layout `change`, when the source has it: exact, and no Jaro scan
+    of every unused name)."""
     unused = set(result.unused) if change is not None else set()
     from weightstore.paths import ENUM_CONTAINER_PREFIX  # summaries only: not on a load's path
 

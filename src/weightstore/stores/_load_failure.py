@@ -2,7 +2,9 @@
 
 The error itself, and the words of its first line (what failed, whether the model changed),
 are in `weightstore.errors` with the rest of the family; records phrase their fixes in
-`record.py`.
+`record.py`. ``allow_partial`` is named only when half the model's tensors or fewer are
+missing and no other framework's layout explains them (`ApplyResult.partial_load_advisable`):
+a load that leaves most of a model at its initial values is a wrong load, not a partial one.
 """
 
 from __future__ import annotations
@@ -26,16 +28,12 @@ def store_fix(result: ApplyResult, failure: LoadFailure) -> str:
     if failure == "errors":
         these = "this tensor" if len(result.errors) == 1 else f"these {len(result.errors):,}"
         return f"{errors_fix}, or use .validate(False) to load the rest and leave {these} unloaded"
-    change = result.prefix_change()
-    renamed = ""
-    if change is not None:
-        by_key = result.top_level_key is not None and result.top_level_key == change.top_level_key
-        renamed = f"{change}: load with {change.fix(top_level_key=by_key)}"
+    renamed = _renamed(result)
+    compare = (
+        "compare the source's names with the model's (store.keys() lists the source's; the "
+        "summary suggests close ones)"
+    )
     if failure == "nothing_loaded":
-        compare = (
-            "compare the source's names with the model's (store.keys() lists the source's; the "
-            "summary suggests close ones)"
-        )
         fixes = [
             (renamed or compare) if result.missing else "",
             f"check the filter (it excludes {len(result.skipped):,})" if result.skipped else "",
@@ -43,5 +41,33 @@ def store_fix(result: ApplyResult, failure: LoadFailure) -> str:
         ]
         fixes = [fix for fix in fixes if fix]
         return "; ".join([*fixes, "no option accepts a load that loads nothing"])
+    if not result.partial_load_advisable():  # most of the model would stay unloaded
+        return renamed or f"{compare}: {_too_many(result)}"
     leave = "use .allow_partial(True) to load the rest and leave them as they are"
     return f"{renamed}, or {leave}" if renamed else leave
+
+
+def _renamed(result: ApplyResult) -> str:
+    """The change of names that explains the missing tensors and the builder calls that undo
+    it (an adapter for another framework's layout, a remapping or top-level key for a
+    prefix); "" when none does."""
+    layout = result.layout_change()
+    if layout is not None:
+        return f"{layout}: load with {layout.fix()}"
+    change = result.prefix_change()
+    if change is None:
+        return ""
+    by_key = result.top_level_key is not None and result.top_level_key == change.top_level_key
+    return f"{change}: load with {change.fix(top_level_key=by_key)}"
+
+
+def _too_many(result: ApplyResult) -> str:
+    """Why leaving the missing tensors unloaded is no fix: how much of the model they are."""
+    from weightstore.report._summary import count  # failures only: not on a load's path
+
+    tensors = len(result.applied) + len(result.held_back) + len(result.skipped)
+    tensors += len(result.errors) + len(result.missing)
+    return (
+        f"{len(result.missing):,} of the model's {count(tensors, 'tensor')} are missing, too "
+        "many to leave unloaded"
+    )
