@@ -59,8 +59,12 @@ __all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
 DTYPE_CHOICES: Final = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
 """``--dtype`` spellings and the weightstore dtype each casts floats to."""
 
-# Pairs that describe the file being written, not its contents: the destination sets them.
-_WRITER_METADATA: Final = frozenset({"format", "producer", "version"})
+# Pairs that describe the file being written, not its contents: the destination sets them
+# (``format`` from the source's own, when it names a framework). A set's ``total_size`` and
+# set id describe the source set, not what is written.
+_WRITER_METADATA: Final = frozenset(
+    {"format", "producer", "version", "total_size", "weightstore.set_id"}
+)
 # The flags given as A=B: (flag, metavar, split at the last "=", help).
 _PAIR_FLAGS: Final = (
     ("--remap", "PATTERN=REPLACEMENT", True, "rename (repeatable; rules chain)"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,7 +48,14 @@ if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorInfo, TensorReader
     from weightstore.dtypes import DType
 
-__all__ = ["SetReader", "SetReport", "located_set", "open_set", "set_format_of"]
+__all__ = [
+    "SetReader",
+    "SetReport",
+    "agreed_metadata",
+    "located_set",
+    "open_set",
+    "set_format_of",
+]
 
 _LISTED_IN_WARNING: Final = 5  # files or tensors a warning names before counting the rest
 
@@ -403,8 +410,16 @@ class SetReader:
         return self._reader_of(name).get_slice(name)
 
     def metadata(self) -> dict[str, str]:
-        """The index's metadata (the single file's, for a one-file set); a copy."""
-        return dict(self._files.metadata)
+        """The set's metadata: the index's, merged with the pairs every shard of this reader
+        carries alike (the single file's, for a one-file set); a copy. An index written by
+        transformers or huggingface_hub holds only ``total_size``, while every shard says
+        ``format: pt``: a conversion that took the index's alone would write
+        ``format: safetensors``, which transformers refuses. The index wins where both have
+        a key. Opens the header of every shard."""
+        if self.index is None:
+            return dict(self._files.metadata)
+        shards = [self._shard(shard).metadata() for shard in self.shards]
+        return {**agreed_metadata(shards), **self._files.metadata}
 
     def close(self) -> None:
         """Close every shard opened; arrays already handed out stay valid."""
@@ -495,6 +510,18 @@ class SetReader:
             self.unlisted[shard] = unlisted
             _warn_tensors(shard, "holds", unlisted, "the index does not list; never loaded")
         return assigned & held
+
+
+def agreed_metadata(shards: Sequence[Mapping[str, object]]) -> dict[str, str]:
+    """The pairs every one of `shards`' metadata holds with one value, as strings; none when
+    there is no shard."""
+    if not shards:
+        return {}
+    first, *rest = shards
+    agreed = {key: str(value) for key, value in first.items()}
+    for pairs in rest:
+        agreed = {k: v for k, v in agreed.items() if k in pairs and str(pairs[k]) == v}
+    return agreed
 
 
 def _plan_shard(reader: TensorReader, names: list[str]) -> None:

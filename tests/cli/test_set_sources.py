@@ -1,0 +1,83 @@
+"""Sets as people download them (issue 23): a transformers set converts with the ``format``
+its shards carry, sets of any stem are found, a set is written in the format its destination
+names, and `inspect` counts and reports a set as its index does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.cli._support import read_metadata, run_cli
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+# What transformers 4.x `modeling_utils.load_state_dict` accepts in a SafeTensors file's
+# ``format`` (anything else: "does not contain the valid metadata").
+TRANSFORMERS_FORMATS = ("pt", "tf", "flax", "mlx")
+
+
+def _arrays() -> dict[str, np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(23)
+    return {f"layers.{i}.weight": rng.standard_normal((8, 4)).astype(np.float32) for i in range(4)}
+
+
+def hf_set(directory: Path, stem: str = "model", shard_format: str = "pt") -> Path:
+    """A set as transformers saves one: every shard's metadata ``{"format": "pt"}``, the
+    index's only ``total_size``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays, weight_map = _arrays(), {}
+    for number, names in enumerate((list(arrays)[:2], list(arrays)[2:]), 1):
+        shard = f"{stem}-{number:05d}-of-00002.safetensors"
+        tensors = {name: arrays[name] for name in names}
+        safetensors_numpy.save_file(tensors, str(directory / shard), {"format": shard_format})
+        weight_map.update(dict.fromkeys(names, shard))
+    total = sum(array.nbytes for array in arrays.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
+    return directory
+
+
+def test_converting_a_transformers_set_keeps_format_pt(tmp_path: Path) -> None:
+    source = hf_set(tmp_path / "hf")
+    single = tmp_path / "single.safetensors"
+    assert run_cli("convert", source, single).returncode == 0
+    metadata = read_metadata(single)
+    assert metadata["format"] == "pt"
+    assert "total_size" not in metadata  # the source index's, not this file's
+    resharded = tmp_path / "resharded"
+    done = run_cli("convert", source, resharded, "--max-shard-size", "300")
+    assert done.returncode == 0, done.stderr
+    index = json.loads((resharded / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["format"] == "pt"
+    for shard in sorted(set(index["weight_map"].values())):
+        assert read_metadata(resharded / shard)["format"] == "pt"
+
+
+def test_a_converted_set_satisfies_transformers_metadata_check(tmp_path: Path) -> None:
+    """transformers 4.x's own check (5.x dropped it), run on the converted file."""
+    from safetensors import safe_open
+
+    single = tmp_path / "single.safetensors"
+    assert run_cli("convert", hf_set(tmp_path / "hf"), single).returncode == 0
+    with safe_open(str(single), framework="np") as opened:
+        assert opened.metadata().get("format") in TRANSFORMERS_FORMATS
+
+
+def test_set_metadata_is_the_index_merged_with_what_every_shard_agrees_on(
+    tmp_path: Path,
+) -> None:
+    from weightstore.sets import open_set
+
+    directory = hf_set(tmp_path / "hf")
+    shard = directory / "model-00002-of-00002.safetensors"
+    tensors = safetensors_numpy.load_file(str(shard))
+    safetensors_numpy.save_file(tensors, str(shard), {"format": "pt", "only": "here"})
+    with open_set(directory) as reader:
+        metadata = reader.metadata()
+    assert metadata["format"] == "pt"  # every shard says so
+    assert "only" not in metadata  # one shard says so
+    assert metadata["total_size"] == str(sum(a.nbytes for a in _arrays().values()))
