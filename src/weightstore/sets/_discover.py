@@ -158,7 +158,11 @@ def formats_in(directory: str, storage_options: Mapping[str, Any] | None = None)
     """The formats whose sets (an index or a single file, of any variant) `directory` holds,
     in `LAYOUTS` order; reads names only."""
     files, _ = _files_in(directory, storage_options)
-    return [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
+    named = [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
+    if named:
+        return named
+    found = _other_stems(directory, files, LAYOUTS, None, storage_options)
+    return list(dict.fromkeys(location.layout.format_name for location in found if location.layout))
 
 
 def stray_shards(location: SetLocation, named: set[str]) -> list[tuple[str, str]]:
@@ -206,6 +210,17 @@ def _find_in_directory(
         if location is not None:
             others = _other_layouts_files(directory, files, layout)
             return location.replace(ignored=(*location.ignored, *others), skipped=skipped)
+    found = _other_stems(directory, files, layouts, variant, storage_options)
+    if len(found) == 1:
+        return found[0].replace(skipped=skipped)
+    if found:
+        shown = ", ".join(os.path.basename(_set_file(location)) for location in found)
+        raise SetError(
+            f"holds several checkpoints ({shown}) and none named as the set "
+            f"({layouts[0].single_name(variant)}, {layouts[0].index_name(variant)}); "
+            "open one by its path",
+            path=directory,
+        )
     if format_name is not None:
         _refuse_other_format(directory, files, format_name)
     looked_for = ", ".join(
@@ -213,7 +228,89 @@ def _find_in_directory(
         for layout in layouts
         for name in (layout.index_name(variant), layout.single_name(variant))
     )
-    raise SetError(f"holds no checkpoint set: looked for {looked_for}", path=directory)
+    raise SetError(
+        f"holds no checkpoint set: looked for {looked_for}, then for any one index "
+        "(*.safetensors.index.json, ...) whose shards are there or any one weight file",
+        path=directory,
+    )
+
+
+def _set_file(location: SetLocation) -> str:
+    return location.index_path or location.single_path or location.directory
+
+
+def _other_stems(
+    directory: str,
+    files: list[str],
+    layouts: tuple[SetLayout, ...],
+    variant: str | None,
+    storage_options: Mapping[str, Any] | None,
+) -> list[SetLocation]:
+    """The sets of `directory` under stems other than the formats' own (diffusers'
+    ``diffusion_pytorch_model``, a lone ``weights.safetensors``), when it holds none of
+    those: each stem's set as `_find_in` finds it (its variants, a stale single file and its
+    strays alike), an index counted only when the shards it names are there."""
+    from weightstore.formats import format_named
+
+    found: list[SetLocation] = []
+    extended = [
+        layout.replace(extension=extension)
+        for layout in layouts
+        for extension in dict.fromkeys(
+            (layout.extension, *format_named(layout.format_name).extensions)
+        )
+    ]  # a lone checkpoint.pt is PyTorch's as much as a .bin
+    for base in extended:
+        stems = _stems_in(files, base)
+        for stem in stems:
+            head, dot, tail = stem.rpartition(".")
+            if dot and head in stems and _VARIANT.fullmatch(tail):
+                continue  # "x.fp16" is stem x's variant fp16
+            layout = base.replace(stem=stem)
+            location = _find_in(directory, files, layout, variant, strict=False)
+            if location is None:
+                continue
+            if location.index_path and not _shards_present(
+                location.index_path, files, storage_options
+            ):
+                continue
+            found.append(location)
+    return found
+
+
+def _stems_in(files: list[str], layout: SetLayout) -> set[str]:
+    """The stems of files named as `layout`'s extension's single files, indexes or shards."""
+    stems: set[str] = set()
+    suffix = f".{layout.extension}"
+    for name in files:
+        match = INDEX_NAME.fullmatch(name)
+        if match is not None:
+            if match["ext"] == layout.extension:
+                stems.add(match["stem"])
+            continue
+        shard = parse_shard_name(name)
+        if shard is not None:
+            if shard.extension == layout.extension:
+                stems.add(shard.stem)
+        elif name.endswith(suffix) and len(name) > len(suffix):
+            stems.add(name[: -len(suffix)])
+    return stems
+
+
+def _shards_present(
+    index_path: str, files: list[str], storage_options: Mapping[str, Any] | None
+) -> bool:
+    """Whether every shard the index names is in the directory's listing; an index that does
+    not read counts as present, so opening it says what is wrong with it."""
+    from weightstore.errors import WeightstoreError
+    from weightstore.sets._index import read_index
+
+    try:
+        index = read_index(index_path, storage_options=storage_options)
+    except WeightstoreError:
+        return True
+    listed = set(files)
+    return all("/" in shard or shard in listed for shard in index.weight_map.values())
 
 
 def _layout_named(format_name: str, directory: str) -> SetLayout:
