@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.cli._support import read_metadata, run_cli
+from tests.cli._support import assert_error, read_metadata, run_cli
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -81,3 +81,30 @@ def test_set_metadata_is_the_index_merged_with_what_every_shard_agrees_on(
     assert metadata["format"] == "pt"  # every shard says so
     assert "only" not in metadata  # one shard says so
     assert metadata["total_size"] == str(sum(a.nbytes for a in _arrays().values()))
+
+
+def test_a_bpk_destination_writes_a_burnpack_set(tmp_path: Path) -> None:
+    target = tmp_path / "x.bpk"
+    done = run_cli("convert", hf_set(tmp_path / "hf"), target, "--max-shard-size", "300")
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in target.iterdir()) == [
+        "model-00001-of-00002.bpk",
+        "model-00002-of-00002.bpk",
+        "model.bpk.index.json",
+    ]
+    assert run_cli("diff", target, tmp_path / "hf").returncode == 0
+
+
+def test_a_set_whose_extension_and_format_disagree_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "x.bpk"
+    flags = ("--max-shard-size", "300", "--format", "safetensors")
+    done = run_cli("convert", hf_set(tmp_path / "hf"), target, *flags)
+    assert_error(done, 2, "x.bpk", "--format safetensors")
+    assert not target.exists()
+
+
+def test_convert_help_says_what_picks_a_sets_format() -> None:
+    done = run_cli("convert", "--help")
+    text = " ".join(done.stdout.split())
+    assert "x.bpk: burnpack" in text
+    assert "model.NAME-00001-of-00002" in text
