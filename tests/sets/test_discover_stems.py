@@ -13,7 +13,7 @@ import pytest
 
 from weightstore import Store, safetensors
 from weightstore.entry import TensorEntry
-from weightstore.errors import SetError
+from weightstore.errors import SetError, UnsupportedFormatError
 from weightstore.locate import Kind, locate
 from weightstore.sets import find_set, open_set
 from weightstore.sets._discover import WHY_OTHER_VARIANT
@@ -104,3 +104,13 @@ def test_an_empty_directory_says_it_looked_for_other_stems(tmp_path: Path) -> No
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SetError, match="any one weight file"):
         find_set(tmp_path)
+
+
+def test_a_directory_with_no_weights_says_nothing_is_there_to_load(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UnsupportedFormatError) as caught:
+        Store.from_file(tmp_path)
+    detail = caught.value.detail
+    assert "nothing to load" in detail
+    assert "model.safetensors" in detail and "pytorch_model.bin" in detail
+    assert detail.endswith("*.ckpt)")  # what was looked for comes last, not how to save

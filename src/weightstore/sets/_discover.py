@@ -49,6 +49,7 @@ __all__ = [
     "find_set",
     "formats_in",
     "is_index_name",
+    "looked_for",
     "needs_warning",
     "stray_shards",
 ]
@@ -223,15 +224,28 @@ def _find_in_directory(
         )
     if format_name is not None:
         _refuse_other_format(directory, files, format_name)
-    looked_for = ", ".join(
+    raise SetError(f"holds no checkpoint set: {looked_for(layouts, variant)}", path=directory)
+
+
+def looked_for(layouts: tuple[SetLayout, ...] = LAYOUTS, variant: str | None = None) -> str:
+    """What a directory is searched for, as messages say it: the formats' own names, then
+    any one index whose shards are there, then any one weight file."""
+    names = ", ".join(
         name
         for layout in layouts
         for name in (layout.index_name(variant), layout.single_name(variant))
     )
-    raise SetError(
-        f"holds no checkpoint set: looked for {looked_for}, then for any one index "
-        "(*.safetensors.index.json, ...) whose shards are there or any one weight file",
-        path=directory,
+    from weightstore.formats import format_named
+
+    indexes = ", ".join(f"*.{layout.extension}.index.json" for layout in layouts)
+    files = ", ".join(
+        f"*.{extension}"
+        for layout in layouts
+        for extension in format_named(layout.format_name).extensions
+    )
+    return (
+        f"looked for {names}, then for any one other index ({indexes}) whose shards are "
+        f"there, or any one weight file ({files})"
     )
 
 
