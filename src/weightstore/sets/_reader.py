@@ -415,8 +415,10 @@ class SetReader:
         transformers or huggingface_hub holds only ``total_size``, while every shard says
         ``format: pt``: a conversion that took the index's alone would write
         ``format: safetensors``, which transformers refuses. The index wins where both have
-        a key. Opens the header of every shard."""
-        if self.index is None:
+        a key. Opens the header of every shard, of a format whose metadata is pairs a save
+        writes (SafeTensors, burnpack); a PyTorch shard's metadata is facts about its own
+        layout, so a ``.bin`` set's is its index's alone (and no pickle is parsed for it)."""
+        if self.index is None or not self.format.writable:
             return dict(self._files.metadata)
         shards = [self._shard(shard).metadata() for shard in self.shards]
         return {**agreed_metadata(shards), **self._files.metadata}
