@@ -108,3 +108,37 @@ def test_convert_help_says_what_picks_a_sets_format() -> None:
     text = " ".join(done.stdout.split())
     assert "x.bpk: burnpack" in text
     assert "model.NAME-00001-of-00002" in text
+
+
+def test_a_tied_tensor_of_a_bin_set_counts_once_in_the_total(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    embedding = torch.ones(16, 8)
+    first, second = "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"
+    torch.save({"embed.weight": embedding, "lm_head.weight": embedding}, directory / first)
+    torch.save({"layer.weight": torch.zeros(4, 4)}, directory / second)
+    weight_map = {"embed.weight": first, "lm_head.weight": first, "layer.weight": second}
+    total = embedding.numel() * 4 + 16 * 4  # what huggingface_hub writes: the tie once
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    done = run_cli("inspect", "--json", directory)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["total_nbytes"] == total
+    text = run_cli("inspect", directory).stdout
+    assert f"{total:,} bytes (shared storage counted once" in text
+
+
+def test_views_of_one_storage_count_the_bytes_they_cover() -> None:
+    from weightstore.cli._report import TensorRow, stored_nbytes
+    from weightstore.dtypes import from_name
+
+    f32 = from_name("F32")
+    rows = [
+        TensorRow("whole", f32, (4,), 16, 0, "data/0"),
+        TensorRow("tied", f32, (4,), 16, 0, "data/0"),
+        TensorRow("tail", f32, (4,), 16, 8, "data/0"),  # overlaps the last 8 bytes
+        TensorRow("other", f32, (1,), 4, 0, "data/1"),
+        TensorRow("safetensors", f32, (2,), 8, 100, None),
+    ]
+    assert stored_nbytes(rows) == 24 + 4 + 8

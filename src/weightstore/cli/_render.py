@@ -155,7 +155,10 @@ def _total(report: FileReport) -> str:
     if report.listed_from is not None:
         count += f" (of {report.listed_from:,})"
     numel, nbytes = bounded_int(report.total_numel), bounded_int(report.total_nbytes)
-    return f"total: {count}, {numel} elements, {nbytes} bytes"
+    shared = ""
+    if report.listed_nbytes != report.total_nbytes:  # tied tensors: one storage, two names
+        shared = f" (shared storage counted once; {bounded_int(report.listed_nbytes)} listed)"
+    return f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
 
 
 def _set_lines(summary: SetSummary | None) -> list[str]:

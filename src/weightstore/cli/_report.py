@@ -51,6 +51,7 @@ __all__ = [
     "summarize",
     "summarize_burnpack",
     "summarize_pytorch",
+    "stored_nbytes",
     "summarize_safetensors",
 ]
 
@@ -115,13 +116,37 @@ class FileReport:
 
     @property
     def total_nbytes(self) -> int:
-        """Bytes of every listed tensor."""
+        """Bytes the listed tensors hold, storage shared by several (PyTorch's tied weights,
+        views) counted once, as an index's ``total_size`` counts it."""
+        return stored_nbytes(self.tensors)
+
+    @property
+    def listed_nbytes(self) -> int:
+        """Bytes of every listed tensor, each counted whole, shared storage or not."""
         return sum(row.nbytes for row in self.tensors)
 
     @property
     def total_numel(self) -> int:
         """Elements of every listed tensor."""
         return sum(row.numel for row in self.tensors)
+
+
+def stored_nbytes(rows: list[TensorRow]) -> int:
+    """Bytes `rows` hold: a row without a storage whole, and within each storage the union of
+    the byte ranges its rows view (two names of one tied tensor count once)."""
+    total = 0
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for row in rows:
+        if row.storage is None or row.offset is None:
+            total += row.nbytes
+        else:
+            ranges.setdefault(row.storage, []).append((row.offset, row.offset + row.nbytes))
+    for spans in ranges.values():
+        end = 0
+        for start, stop in sorted(spans):
+            total += max(0, stop - max(start, end))
+            end = max(end, stop)
+    return total
 
 
 # Each summarizer imports its reader, so listing one format loads no other's (nor cbor2).
