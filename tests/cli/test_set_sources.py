@@ -142,3 +142,23 @@ def test_views_of_one_storage_count_the_bytes_they_cover() -> None:
         TensorRow("safetensors", f32, (2,), 8, 100, None),
     ]
     assert stored_nbytes(rows) == 24 + 4 + 8
+
+
+@pytest.mark.parametrize("keep", [100, 5])  # a cut JSON header; a cut header length
+def test_inspect_lists_the_healthy_shards_and_marks_a_truncated_one(
+    tmp_path: Path, keep: int
+) -> None:
+    directory = hf_set(tmp_path / "hf")
+    bad = directory / "model-00002-of-00002.safetensors"
+    bad.write_bytes(bad.read_bytes()[:keep])
+    done = run_cli("inspect", directory)
+    assert_error(done, 2, "model-00002-of-00002.safetensors", "cannot be read")
+    assert "layers.0.weight" in done.stdout and "layers.1.weight" in done.stdout
+    assert "layers.2.weight" not in done.stdout
+    damaged = [line for line in done.stdout.splitlines() if "DAMAGED" in line]
+    assert len(damaged) == 1 and "model-00002-of-00002.safetensors" in damaged[0]
+    as_json = run_cli("inspect", "--json", directory)
+    assert as_json.returncode == 2
+    summary = json.loads(as_json.stdout)["set"]
+    assert [entry["file"] for entry in summary["damaged"]] == [bad.name]
+    assert [shard["tensors"] for shard in summary["shards"]] == [2, 0]

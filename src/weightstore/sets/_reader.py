@@ -29,6 +29,7 @@ from weightstore.errors import (
     SetWarning,
     TensorNotFoundError,
     UnsupportedFormatError,
+    WeightstoreError,
 )
 from weightstore.sets._discover import (
     SetLocation,
@@ -76,6 +77,8 @@ class SetReport(Record):
         skipped: (path, what it is) for each entry of the directory that is not a file at
             all and was never opened (``"a FIFO"``, ``"a symlink loop"``, ``"a broken
             symlink"``: `weightstore.sets._discover`).
+        damaged: (shard path, its error) for each shard that did not open, when the report
+            was asked to go on past them (`SetReader.report` with ``keep_going``).
     """
 
     path: str
@@ -86,6 +89,7 @@ class SetReport(Record):
     unlisted: dict[str, list[str]]
     missing: dict[str, list[str]]
     skipped: tuple[tuple[str, str], ...] = ()
+    damaged: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -97,8 +101,11 @@ class SetReport(Record):
         unlisted: dict[str, list[str]],
         missing: dict[str, list[str]],
         skipped: tuple[tuple[str, str], ...] = (),
+        damaged: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        super().__init__(path, format_name, variant, shards, ignored, unlisted, missing, skipped)
+        super().__init__(
+            path, format_name, variant, shards, ignored, unlisted, missing, skipped, damaged
+        )
 
 
 class _SetFiles(Record):
@@ -289,6 +296,7 @@ class SetReader:
             open.
         missing_from_shards: shard -> tensors the index assigns to it that it lacks; filled
             as shards open. Those tensors are not in `names()`: a load reports them missing.
+        damaged: shard -> why it did not open; filled only by ``report(keep_going=True)``.
     """
 
     def __init__(self, files: _SetFiles, selection: Iterable[str] | None = None) -> None:
@@ -301,6 +309,7 @@ class SetReader:
         self.skipped: list[tuple[str, str]] = list(files.skipped)
         self.unlisted: dict[str, list[str]] = {}
         self.missing_from_shards: dict[str, list[str]] = {}
+        self.damaged: dict[str, str] = {}  # shard -> why it did not open (`report`)
         weight_map = files.weight_map
         names = weight_map if selection is None else [n for n in selection if n in weight_map]
         self._wanted: dict[str, set[str]] = {}  # shard path -> tensors selected from it
@@ -355,13 +364,27 @@ class SetReader:
             raise TensorNotFoundError(name, path=self.path, known=len(self._files.weight_map))
         return shard
 
-    def report(self) -> SetReport:
-        """What the set leaves out, after opening every shard's header (`SetReport`)."""
+    def report(self, *, keep_going: bool = False) -> SetReport:
+        """What the set leaves out, after opening every shard's header (`SetReport`).
+
+        With `keep_going`, a shard that does not open (truncated, of another save) is
+        recorded in `SetReport.damaged` and in `damaged` instead of failing the report, so
+        the healthy shards can still be listed; `metadata` then leaves it out.
+
+        Raises:
+            WeightstoreError: without `keep_going`, the first shard that does not open.
+        """
         for shard in self.shards:
-            self._shard(shard)
+            try:
+                self._shard(shard)
+            except WeightstoreError as err:
+                if not keep_going:
+                    raise
+                self.damaged[shard] = getattr(err, "detail", None) or str(err)
         return SetReport(
             self.path, self.format.name, self.variant, tuple(self.shards), tuple(self.ignored),
             dict(self.unlisted), dict(self.missing_from_shards), tuple(self.skipped),
+            tuple(self.damaged.items()),
         )  # fmt: skip
 
     # -- the reader protocol -------------------------------------------------------------------
@@ -420,7 +443,8 @@ class SetReader:
         layout, so a ``.bin`` set's is its index's alone (and no pickle is parsed for it)."""
         if self.index is None or not self.format.writable:
             return dict(self._files.metadata)
-        shards = [self._shard(shard).metadata() for shard in self.shards]
+        opened = [shard for shard in self.shards if shard not in self.damaged]
+        shards = [self._shard(shard).metadata() for shard in opened]
         return {**agreed_metadata(shards), **self._files.metadata}
 
     def close(self) -> None:
