@@ -114,3 +114,27 @@ def test_a_directory_with_no_weights_says_nothing_is_there_to_load(tmp_path: Pat
     assert "nothing to load" in detail
     assert "model.safetensors" in detail and "pytorch_model.bin" in detail
     assert detail.endswith("*.ckpt)")  # what was looked for comes last, not how to save
+
+
+def test_the_search_of_other_stems_looks_at_each_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of stray shards of distinct stems: each stem's search sees its own files
+    only, not the whole directory again (which is quadratic in the directory's size)."""
+    from weightstore.sets import _discover
+
+    count = 2_000
+    for number in range(count):
+        (tmp_path / f"s{number}-00001-of-00002.safetensors").touch()
+    seen: list[int] = []
+    original = _discover._find_in
+
+    def counting(directory: str, files: list[str], *args: object, **kwargs: object) -> object:
+        seen.append(len(files))
+        return original(directory, files, *args, **kwargs)
+
+    monkeypatch.setattr(_discover, "_find_in", counting)
+    with pytest.raises(SetError, match="holds no checkpoint set"):
+        find_set(tmp_path)
+    standard = 3  # the formats' own names, searched over every file
+    assert sum(seen) <= (standard + 1) * count

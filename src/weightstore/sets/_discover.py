@@ -72,6 +72,7 @@ WHY_OTHER_FORMAT: Final = "another format's set, not chosen (open it with that f
 SafeTensors shards, as many Hugging Face repositories hold both)."""
 
 _VARIANT: Final = re.compile(r"[A-Za-z0-9_]+")
+_LISTED_CANDIDATES: Final = 5  # checkpoints an ambiguity error names (then "...")
 _WARNED: Final = frozenset({WHY_STALE_SINGLE, WHY_STRAY_SHARD})  # a damaged directory, not a choice
 
 
@@ -215,7 +216,10 @@ def _find_in_directory(
     if len(found) == 1:
         return found[0].replace(skipped=skipped)
     if found:
-        shown = ", ".join(os.path.basename(_set_file(location)) for location in found)
+        shown = ", ".join(
+            os.path.basename(_set_file(location)) for location in found[:_LISTED_CANDIDATES]
+        )
+        shown += ", ..." if len(found) > _LISTED_CANDIDATES else ""
         raise SetError(
             f"holds several checkpoints ({shown}) and none named as the set "
             f"({layouts[0].single_name(variant)}, {layouts[0].index_name(variant)}); "
@@ -262,8 +266,9 @@ def _other_stems(
 ) -> list[SetLocation]:
     """The sets of `directory` under stems other than the formats' own (diffusers'
     ``diffusion_pytorch_model``, a lone ``weights.safetensors``), when it holds none of
-    those: each stem's set as `_find_in` finds it (its variants, a stale single file and its
-    strays alike), an index counted only when the shards it names are there."""
+    those: each stem's set as `_find_in` finds it among that stem's files (its variants, a
+    stale single file and its strays alike), an index counted only when the shards it names
+    are there. Stops after `_LISTED_CANDIDATES` + 1: more is only "several"."""
     from weightstore.formats import format_named
 
     found: list[SetLocation] = []
@@ -275,40 +280,46 @@ def _other_stems(
         )
     ]  # a lone checkpoint.pt is PyTorch's as much as a .bin
     for base in extended:
-        stems = _stems_in(files, base)
-        for stem in stems:
-            head, dot, tail = stem.rpartition(".")
-            if dot and head in stems and _VARIANT.fullmatch(tail):
-                continue  # "x.fp16" is stem x's variant fp16
+        for stem, names in sorted(_files_by_stem(files, base).items()):
             layout = base.replace(stem=stem)
-            location = _find_in(directory, files, layout, variant, strict=False)
+            location = _find_in(directory, names, layout, variant, strict=False)
             if location is None:
                 continue
-            if location.index_path and not _shards_present(
-                location.index_path, files, storage_options
-            ):
+            index = location.index_path
+            if index and not _shards_present(index, files, storage_options):
                 continue
             found.append(location)
+            if len(found) > _LISTED_CANDIDATES:
+                return found
     return found
 
 
-def _stems_in(files: list[str], layout: SetLayout) -> set[str]:
-    """The stems of files named as `layout`'s extension's single files, indexes or shards."""
-    stems: set[str] = set()
+def _files_by_stem(files: list[str], layout: SetLayout) -> dict[str, list[str]]:
+    """The files named as `layout`'s extension's single files, indexes or shards, by stem, a
+    variant's files under their plain stem (``x.fp16.safetensors`` under ``x`` when ``x``'s
+    files are there): one pass, so a directory of many files costs each one once."""
+    named: list[tuple[str, str]] = []  # (stem as the name spells it, name)
     suffix = f".{layout.extension}"
     for name in files:
         match = INDEX_NAME.fullmatch(name)
         if match is not None:
             if match["ext"] == layout.extension:
-                stems.add(match["stem"])
+                named.append((match["stem"], name))
             continue
         shard = parse_shard_name(name)
         if shard is not None:
             if shard.extension == layout.extension:
-                stems.add(shard.stem)
+                named.append((shard.stem, name))
         elif name.endswith(suffix) and len(name) > len(suffix):
-            stems.add(name[: -len(suffix)])
-    return stems
+            named.append((name[: -len(suffix)], name))
+    stems = {stem for stem, _ in named}
+    grouped: dict[str, list[str]] = {}
+    for stem, name in named:
+        head, dot, tail = stem.rpartition(".")
+        if dot and head in stems and _VARIANT.fullmatch(tail):
+            stem = head  # "x.fp16" is stem x's variant fp16
+        grouped.setdefault(stem, []).append(name)
+    return grouped
 
 
 def _shards_present(
