@@ -92,9 +92,11 @@ class Location(ValueRecord):
         if self.kind is Kind.FILE:
             detect_format_of_bytes(self.head, self.size, self.path)  # raises: nothing sniffs
         if self.kind is Kind.MISSING and _is_directory(self.path):
+            from weightstore.sets._discover import looked_for
+
             raise UnsupportedFormatError(
-                "is a directory holding no checkpoint set, so its format is unknown; to save a "
-                "set into it, use a declared store (SafetensorsStore, BurnpackStore)",
+                "is a directory holding no checkpoint set, so there is nothing to load (a save "
+                "into it needs a declared store: SafetensorsStore, BurnpackStore); " + looked_for(),
                 path=self.path,
             )
         raise UnsupportedFormatError(

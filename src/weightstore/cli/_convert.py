@@ -59,8 +59,12 @@ __all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
 DTYPE_CHOICES: Final = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
 """``--dtype`` spellings and the weightstore dtype each casts floats to."""
 
-# Pairs that describe the file being written, not its contents: the destination sets them.
-_WRITER_METADATA: Final = frozenset({"format", "producer", "version"})
+# Pairs that describe the file being written, not its contents: the destination sets them
+# (``format`` from the source's own, when it names a framework). A set's ``total_size`` and
+# set id describe the source set, not what is written.
+_WRITER_METADATA: Final = frozenset(
+    {"format", "producer", "version", "total_size", "weightstore.set_id"}
+)
 # The flags given as A=B: (flag, metavar, split at the last "=", help).
 _PAIR_FLAGS: Final = (
     ("--remap", "PATTERN=REPLACEMENT", True, "rename (repeatable; rules chain)"),
@@ -111,9 +115,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-shard-size",
         metavar="SIZE",
-        help="write DST as a sharded set (a directory) of shards up to SIZE (5GB = 5 x 10^9)",
+        help="write DST as a sharded set (a directory) of shards up to SIZE (5GB = 5 x 10^9), "
+        "in the format DST's extension or --format names (x.bpk: burnpack), else SafeTensors",
     )
-    parser.add_argument("--variant", metavar="NAME", help="a set's variant (model.NAME-0001...)")
+    parser.add_argument(
+        "--variant", metavar="NAME", help="a set's variant (model.NAME-00001-of-00002...)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -233,9 +240,17 @@ def _size_of_url(url: str, storage_options: dict[str, Any] | None) -> int:
 
 def _destination_format(dst: str, name: str | None, writes_set: bool) -> ContainerFormat:
     """The format DST is written in: ``--format``, else its extension's; a set (a directory)
-    without ``--format`` is SafeTensors, the layout people download."""
-    if writes_set and not name:
-        name = "safetensors"
+    is its extension's too (``x.bpk/``: burnpack shards), and SafeTensors, the layout people
+    download, when neither names one. A set whose ``--format`` and extension disagree is
+    refused: which one was meant cannot be told."""
+    if writes_set:
+        named = formats.format_for_path(dst.rstrip("/"))
+        if name and named is not None and named.name != name:
+            raise InvalidOptionError(
+                f"{dst}: the extension names {named.title} but --format {name}; give one, "
+                "or a directory name whose extension agrees", option="format",
+            )  # fmt: skip
+        name = name or (named.name if named is not None else "safetensors")
     fmt = formats.format_named(name) if name else formats.format_for_path(dst)
     names = [f.name for f in formats.FORMATS if f.writable]
     if fmt is None:

@@ -26,7 +26,7 @@ from weightstore.cli._report import FileReport, summarize
 from weightstore.cli._text import dump_json
 from weightstore.paths import PathFilter
 
-__all__ = ["add_parser", "flag_objects", "run"]
+__all__ = ["add_parser", "flag_damage", "flag_objects", "run"]
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         documents.append(json_document(report))
         if not args.json:  # each report as soon as it is ready, a blank line between
             print(("\n" if index else "") + render_text(report))
+        code = max(code, flag_damage(report))
         if not args.allow_objects:
             code = max(code, flag_objects(report))
     if args.json:
@@ -83,6 +84,18 @@ def _filtered(report: FileReport, keep: PathFilter | None) -> FileReport:
         return report
     rows = [row for row in report.tensors if keep.matches(row.name)]
     return dataclasses.replace(report, tensors=rows, listed_from=len(report.tensors))
+
+
+def flag_damage(report: FileReport) -> int:
+    """Print the error for a set whose shards did not all read (listed, marked, in the
+    report); its exit code: the set is damaged even though the rest is listed."""
+    damaged = report.set.damaged if report.set is not None else ()
+    if not damaged:
+        return EXIT_OK
+    (first, why), more = damaged[0], len(damaged) - 1
+    others = f" (and {more:,} more)" if more else ""
+    print_error(f"{report.path}: shard {first}{others} cannot be read: {why}")
+    return EXIT_BAD_INPUT
 
 
 def flag_objects(report: FileReport) -> int:

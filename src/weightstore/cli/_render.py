@@ -76,6 +76,7 @@ def _json_set(summary: SetSummary) -> dict[str, Any]:
         "missing": summary.missing,
         "unlisted": summary.unlisted,
         "skipped": [{"file": name, "is": kind} for name, kind in summary.skipped],
+        "damaged": [{"file": name, "error": error} for name, error in summary.damaged],
     }
 
 
@@ -155,7 +156,10 @@ def _total(report: FileReport) -> str:
     if report.listed_from is not None:
         count += f" (of {report.listed_from:,})"
     numel, nbytes = bounded_int(report.total_numel), bounded_int(report.total_nbytes)
-    return f"total: {count}, {numel} elements, {nbytes} bytes"
+    shared = ""
+    if report.listed_nbytes != report.total_nbytes:  # tied tensors: one storage, two names
+        shared = f" (shared storage counted once; {bounded_int(report.listed_nbytes)} listed)"
+    return f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
 
 
 def _set_lines(summary: SetSummary | None) -> list[str]:
@@ -163,8 +167,10 @@ def _set_lines(summary: SetSummary | None) -> list[str]:
         return []
     total = sum(size for _, size, _ in summary.shards)
     lines = [f"set:      {plural(len(summary.shards), 'shard')}, {total:,} bytes"]
+    damaged = dict(summary.damaged)
     lines += [
-        f"  {printable(name)}  {size:,} bytes, {plural(count, 'tensor')}"
+        f"  {printable(name)}  {size:,} bytes, "
+        + (f"DAMAGED: {printable(damaged[name])}" if name in damaged else plural(count, "tensor"))
         for name, size, count in summary.shards
     ]
     lines += _pairs("ignored (not part of the set):", dict(summary.ignored), ": ")

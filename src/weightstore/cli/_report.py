@@ -48,6 +48,7 @@ __all__ = [
     "FileReport",
     "SetSummary",
     "TensorRow",
+    "stored_nbytes",
     "summarize",
     "summarize_burnpack",
     "summarize_pytorch",
@@ -84,6 +85,8 @@ class SetSummary(ValueRecord):
         unlisted: tensors a shard holds that the index does not list, by shard file name.
         skipped: (entry name, what it is) for each entry of the directory that is no file
             (a FIFO, a symlink loop, a broken symlink), never opened.
+        damaged: (shard file name, its error) for each shard that could not be read (a
+            truncated file): its tensors are not listed, the others are.
     """
 
     index: str | None
@@ -92,6 +95,7 @@ class SetSummary(ValueRecord):
     missing: dict[str, list[str]]
     unlisted: dict[str, list[str]]
     skipped: list[tuple[str, str]]
+    damaged: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -115,13 +119,37 @@ class FileReport:
 
     @property
     def total_nbytes(self) -> int:
-        """Bytes of every listed tensor."""
+        """Bytes the listed tensors hold, storage shared by several (PyTorch's tied weights,
+        views) counted once, as an index's ``total_size`` counts it."""
+        return stored_nbytes(self.tensors)
+
+    @property
+    def listed_nbytes(self) -> int:
+        """Bytes of every listed tensor, each counted whole, shared storage or not."""
         return sum(row.nbytes for row in self.tensors)
 
     @property
     def total_numel(self) -> int:
         """Elements of every listed tensor."""
         return sum(row.numel for row in self.tensors)
+
+
+def stored_nbytes(rows: list[TensorRow]) -> int:
+    """Bytes `rows` hold: a row without a storage whole, and within each storage the union of
+    the byte ranges its rows view (two names of one tied tensor count once)."""
+    total = 0
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for row in rows:
+        if row.storage is None or row.offset is None:
+            total += row.nbytes
+        else:
+            ranges.setdefault(row.storage, []).append((row.offset, row.offset + row.nbytes))
+    for spans in ranges.values():
+        end = 0
+        for start, stop in sorted(spans):
+            total += max(0, stop - max(start, end))
+            end = max(end, stop)
+    return total
 
 
 # Each summarizer imports its reader, so listing one format loads no other's (nor cbor2).
@@ -307,7 +335,9 @@ def _summarize_set(path: str, options: dict[str, Any]) -> FileReport:
 
 def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileReport:
     with reader:
-        report = reader.report()  # every shard's header, the set id and listings checked
+        # every shard's header, the set id and listings checked; a shard that does not open
+        # is marked damaged and the others are still listed
+        report = reader.report(keep_going=True)
         assigned: dict[str, set[str]] = {shard: set() for shard in report.shards}
         for name in reader.listed_names():
             assigned[reader.shard_of(name)].add(name)
@@ -320,9 +350,14 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
     values: dict[str, Any] = {}
     suspicious: dict[str, Any] = {}
     complete = True
+    damaged = dict(report.damaged)
     for shard in report.shards:
-        part = summarize_shard(shard, options)
         name = _shard_name(shard, report.path)
+        part = None if shard in damaged else _summarized_shard(summarize_shard, shard, options)
+        if not isinstance(part, FileReport):
+            damaged[shard] = damaged.get(shard) or str(part)
+            shards.append((name, _size_or_zero(shard, options), 0))
+            continue
         kept = [row for row in part.tensors if row.name in assigned[shard]]
         rows += [row.replace(storage=_storage(name, row.storage)) for row in kept]
         shards.append((name, part.file_size, len(kept)))
@@ -340,6 +375,7 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         missing={_shard_name(k, report.path): v for k, v in report.missing.items()},
         unlisted={_shard_name(k, report.path): v for k, v in report.unlisted.items()},
         skipped=[(os.path.basename(entry), kind) for entry, kind in report.skipped],
+        damaged=tuple((_shard_name(k, report.path), v) for k, v in damaged.items()),
     )
     scan = Scan(tuple(suspicious.values()), complete) if fmt.holds_foreign_objects else None
     return FileReport(
@@ -353,6 +389,29 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         scan=scan,
         set=summary,
     )
+
+
+def _summarized_shard(
+    summarize_shard: Summarizer, shard: str, options: dict[str, Any]
+) -> FileReport | str:
+    """The shard's report, or why it could not be read (a shard whose header opened but
+    whose body does not summarize)."""
+    from weightstore.errors import WeightstoreError
+
+    try:
+        return summarize_shard(shard, options)
+    except WeightstoreError as err:
+        return getattr(err, "detail", None) or str(err)
+
+
+def _size_or_zero(shard: str, options: dict[str, Any]) -> int:
+    """A damaged shard's size, or 0 when even that cannot be read."""
+    from weightstore.errors import WeightstoreError
+
+    try:
+        return _file_size(shard, options)
+    except (OSError, WeightstoreError):
+        return 0
 
 
 def _shard_name(shard: str, index: str) -> str:

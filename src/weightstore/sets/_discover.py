@@ -49,6 +49,7 @@ __all__ = [
     "find_set",
     "formats_in",
     "is_index_name",
+    "looked_for",
     "needs_warning",
     "stray_shards",
 ]
@@ -71,6 +72,7 @@ WHY_OTHER_FORMAT: Final = "another format's set, not chosen (open it with that f
 SafeTensors shards, as many Hugging Face repositories hold both)."""
 
 _VARIANT: Final = re.compile(r"[A-Za-z0-9_]+")
+_LISTED_CANDIDATES: Final = 5  # checkpoints an ambiguity error names (then "...")
 _WARNED: Final = frozenset({WHY_STALE_SINGLE, WHY_STRAY_SHARD})  # a damaged directory, not a choice
 
 
@@ -158,7 +160,11 @@ def formats_in(directory: str, storage_options: Mapping[str, Any] | None = None)
     """The formats whose sets (an index or a single file, of any variant) `directory` holds,
     in `LAYOUTS` order; reads names only."""
     files, _ = _files_in(directory, storage_options)
-    return [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
+    named = [layout.format_name for layout in LAYOUTS if _variants(files, layout)]
+    if named:
+        return named
+    found = _other_stems(directory, files, LAYOUTS, None, storage_options)
+    return list(dict.fromkeys(location.layout.format_name for location in found if location.layout))
 
 
 def stray_shards(location: SetLocation, named: set[str]) -> list[tuple[str, str]]:
@@ -206,14 +212,130 @@ def _find_in_directory(
         if location is not None:
             others = _other_layouts_files(directory, files, layout)
             return location.replace(ignored=(*location.ignored, *others), skipped=skipped)
+    found = _other_stems(directory, files, layouts, variant, storage_options)
+    if len(found) == 1:
+        return found[0].replace(skipped=skipped)
+    if found:
+        shown = ", ".join(
+            os.path.basename(_set_file(location)) for location in found[:_LISTED_CANDIDATES]
+        )
+        shown += ", ..." if len(found) > _LISTED_CANDIDATES else ""
+        raise SetError(
+            f"holds several checkpoints ({shown}) and none named as the set "
+            f"({layouts[0].single_name(variant)}, {layouts[0].index_name(variant)}); "
+            "open one by its path",
+            path=directory,
+        )
     if format_name is not None:
         _refuse_other_format(directory, files, format_name)
-    looked_for = ", ".join(
+    raise SetError(f"holds no checkpoint set: {looked_for(layouts, variant)}", path=directory)
+
+
+def looked_for(layouts: tuple[SetLayout, ...] = LAYOUTS, variant: str | None = None) -> str:
+    """What a directory is searched for, as messages say it: the formats' own names, then
+    any one index whose shards are there, then any one weight file."""
+    names = ", ".join(
         name
         for layout in layouts
         for name in (layout.index_name(variant), layout.single_name(variant))
     )
-    raise SetError(f"holds no checkpoint set: looked for {looked_for}", path=directory)
+    from weightstore.formats import format_named
+
+    indexes = ", ".join(f"*.{layout.extension}.index.json" for layout in layouts)
+    files = ", ".join(
+        f"*.{extension}"
+        for layout in layouts
+        for extension in format_named(layout.format_name).extensions
+    )
+    return (
+        f"looked for {names}, then for any one other index ({indexes}) whose shards are "
+        f"there, or any one weight file ({files})"
+    )
+
+
+def _set_file(location: SetLocation) -> str:
+    return location.index_path or location.single_path or location.directory
+
+
+def _other_stems(
+    directory: str,
+    files: list[str],
+    layouts: tuple[SetLayout, ...],
+    variant: str | None,
+    storage_options: Mapping[str, Any] | None,
+) -> list[SetLocation]:
+    """The sets of `directory` under stems other than the formats' own (diffusers'
+    ``diffusion_pytorch_model``, a lone ``weights.safetensors``), when it holds none of
+    those: each stem's set as `_find_in` finds it among that stem's files (its variants, a
+    stale single file and its strays alike), an index counted only when the shards it names
+    are there. Stops after `_LISTED_CANDIDATES` + 1: more is only "several"."""
+    from weightstore.formats import format_named
+
+    found: list[SetLocation] = []
+    extended = [
+        layout.replace(extension=extension)
+        for layout in layouts
+        for extension in dict.fromkeys(
+            (layout.extension, *format_named(layout.format_name).extensions)
+        )
+    ]  # a lone checkpoint.pt is PyTorch's as much as a .bin
+    for base in extended:
+        for stem, names in sorted(_files_by_stem(files, base).items()):
+            layout = base.replace(stem=stem)
+            location = _find_in(directory, names, layout, variant, strict=False)
+            if location is None:
+                continue
+            index = location.index_path
+            if index and not _shards_present(index, files, storage_options):
+                continue
+            found.append(location)
+            if len(found) > _LISTED_CANDIDATES:
+                return found
+    return found
+
+
+def _files_by_stem(files: list[str], layout: SetLayout) -> dict[str, list[str]]:
+    """The files named as `layout`'s extension's single files, indexes or shards, by stem, a
+    variant's files under their plain stem (``x.fp16.safetensors`` under ``x`` when ``x``'s
+    files are there): one pass, so a directory of many files costs each one once."""
+    named: list[tuple[str, str]] = []  # (stem as the name spells it, name)
+    suffix = f".{layout.extension}"
+    for name in files:
+        match = INDEX_NAME.fullmatch(name)
+        if match is not None:
+            if match["ext"] == layout.extension:
+                named.append((match["stem"], name))
+            continue
+        shard = parse_shard_name(name)
+        if shard is not None:
+            if shard.extension == layout.extension:
+                named.append((shard.stem, name))
+        elif name.endswith(suffix) and len(name) > len(suffix):
+            named.append((name[: -len(suffix)], name))
+    stems = {stem for stem, _ in named}
+    grouped: dict[str, list[str]] = {}
+    for stem, name in named:
+        head, dot, tail = stem.rpartition(".")
+        if dot and head in stems and _VARIANT.fullmatch(tail):
+            stem = head  # "x.fp16" is stem x's variant fp16
+        grouped.setdefault(stem, []).append(name)
+    return grouped
+
+
+def _shards_present(
+    index_path: str, files: list[str], storage_options: Mapping[str, Any] | None
+) -> bool:
+    """Whether every shard the index names is in the directory's listing; an index that does
+    not read counts as present, so opening it says what is wrong with it."""
+    from weightstore.errors import WeightstoreError
+    from weightstore.sets._index import read_index
+
+    try:
+        index = read_index(index_path, storage_options=storage_options)
+    except WeightstoreError:
+        return True
+    listed = set(files)
+    return all("/" in shard or shard in listed for shard in index.weight_map.values())
 
 
 def _layout_named(format_name: str, directory: str) -> SetLayout:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,6 +29,7 @@ from weightstore.errors import (
     SetWarning,
     TensorNotFoundError,
     UnsupportedFormatError,
+    WeightstoreError,
 )
 from weightstore.sets._discover import (
     SetLocation,
@@ -48,7 +49,14 @@ if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorInfo, TensorReader
     from weightstore.dtypes import DType
 
-__all__ = ["SetReader", "SetReport", "located_set", "open_set", "set_format_of"]
+__all__ = [
+    "SetReader",
+    "SetReport",
+    "agreed_metadata",
+    "located_set",
+    "open_set",
+    "set_format_of",
+]
 
 _LISTED_IN_WARNING: Final = 5  # files or tensors a warning names before counting the rest
 
@@ -69,6 +77,8 @@ class SetReport(Record):
         skipped: (path, what it is) for each entry of the directory that is not a file at
             all and was never opened (``"a FIFO"``, ``"a symlink loop"``, ``"a broken
             symlink"``: `weightstore.sets._discover`).
+        damaged: (shard path, its error) for each shard that did not open, when the report
+            was asked to go on past them (`SetReader.report` with ``keep_going``).
     """
 
     path: str
@@ -79,6 +89,7 @@ class SetReport(Record):
     unlisted: dict[str, list[str]]
     missing: dict[str, list[str]]
     skipped: tuple[tuple[str, str], ...] = ()
+    damaged: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -90,8 +101,11 @@ class SetReport(Record):
         unlisted: dict[str, list[str]],
         missing: dict[str, list[str]],
         skipped: tuple[tuple[str, str], ...] = (),
+        damaged: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        super().__init__(path, format_name, variant, shards, ignored, unlisted, missing, skipped)
+        super().__init__(
+            path, format_name, variant, shards, ignored, unlisted, missing, skipped, damaged
+        )
 
 
 class _SetFiles(Record):
@@ -282,6 +296,7 @@ class SetReader:
             open.
         missing_from_shards: shard -> tensors the index assigns to it that it lacks; filled
             as shards open. Those tensors are not in `names()`: a load reports them missing.
+        damaged: shard -> why it did not open; filled only by ``report(keep_going=True)``.
     """
 
     def __init__(self, files: _SetFiles, selection: Iterable[str] | None = None) -> None:
@@ -294,6 +309,7 @@ class SetReader:
         self.skipped: list[tuple[str, str]] = list(files.skipped)
         self.unlisted: dict[str, list[str]] = {}
         self.missing_from_shards: dict[str, list[str]] = {}
+        self.damaged: dict[str, str] = {}  # shard -> why it did not open (`report`)
         weight_map = files.weight_map
         names = weight_map if selection is None else [n for n in selection if n in weight_map]
         self._wanted: dict[str, set[str]] = {}  # shard path -> tensors selected from it
@@ -348,13 +364,27 @@ class SetReader:
             raise TensorNotFoundError(name, path=self.path, known=len(self._files.weight_map))
         return shard
 
-    def report(self) -> SetReport:
-        """What the set leaves out, after opening every shard's header (`SetReport`)."""
+    def report(self, *, keep_going: bool = False) -> SetReport:
+        """What the set leaves out, after opening every shard's header (`SetReport`).
+
+        With `keep_going`, a shard that does not open (truncated, of another save) is
+        recorded in `SetReport.damaged` and in `damaged` instead of failing the report, so
+        the healthy shards can still be listed; `metadata` then leaves it out.
+
+        Raises:
+            WeightstoreError: without `keep_going`, the first shard that does not open.
+        """
         for shard in self.shards:
-            self._shard(shard)
+            try:
+                self._shard(shard)
+            except WeightstoreError as err:
+                if not keep_going:
+                    raise
+                self.damaged[shard] = getattr(err, "detail", None) or str(err)
         return SetReport(
             self.path, self.format.name, self.variant, tuple(self.shards), tuple(self.ignored),
             dict(self.unlisted), dict(self.missing_from_shards), tuple(self.skipped),
+            tuple(self.damaged.items()),
         )  # fmt: skip
 
     # -- the reader protocol -------------------------------------------------------------------
@@ -403,8 +433,19 @@ class SetReader:
         return self._reader_of(name).get_slice(name)
 
     def metadata(self) -> dict[str, str]:
-        """The index's metadata (the single file's, for a one-file set); a copy."""
-        return dict(self._files.metadata)
+        """The set's metadata: the index's, merged with the pairs every shard of this reader
+        carries alike (the single file's, for a one-file set); a copy. An index written by
+        transformers or huggingface_hub holds only ``total_size``, while every shard says
+        ``format: pt``: a conversion that took the index's alone would write
+        ``format: safetensors``, which transformers refuses. The index wins where both have
+        a key. Opens the header of every shard, of a format whose metadata is pairs a save
+        writes (SafeTensors, burnpack); a PyTorch shard's metadata is facts about its own
+        layout, so a ``.bin`` set's is its index's alone (and no pickle is parsed for it)."""
+        if self.index is None or not self.format.writable:
+            return dict(self._files.metadata)
+        opened = [shard for shard in self.shards if shard not in self.damaged]
+        shards = [self._shard(shard).metadata() for shard in opened]
+        return {**agreed_metadata(shards), **self._files.metadata}
 
     def close(self) -> None:
         """Close every shard opened; arrays already handed out stay valid."""
@@ -495,6 +536,18 @@ class SetReader:
             self.unlisted[shard] = unlisted
             _warn_tensors(shard, "holds", unlisted, "the index does not list; never loaded")
         return assigned & held
+
+
+def agreed_metadata(shards: Sequence[Mapping[str, object]]) -> dict[str, str]:
+    """The pairs every one of `shards`' metadata holds with one value, as strings; none when
+    there is no shard."""
+    if not shards:
+        return {}
+    first, *rest = shards
+    agreed = {key: str(value) for key, value in first.items()}
+    for pairs in rest:
+        agreed = {k: v for k, v in agreed.items() if k in pairs and str(pairs[k]) == v}
+    return agreed
 
 
 def _plan_shard(reader: TensorReader, names: list[str]) -> None:

@@ -446,7 +446,8 @@ class Store:
 
     def read_metadata(self) -> dict[str, str]:
         """The source's metadata as strings (PyTorch: the layout's facts; a sharded set: its
-        index's, ``total_size`` included)."""
+        index's, ``total_size`` included, merged with the pairs every shard carries alike:
+        `SetReader.metadata`)."""
         return {key: str(value) for key, value in self.reader().metadata().items()}
 
     def set_report(self) -> SetReport | None:
