@@ -36,6 +36,7 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.UnsupportedObjectError("torch._utils._rebuild_qtensor", "quantized", path="q.pt"),
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
     errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
+    errors.CredentialsMissingError("s3://b/m.safetensors", "Unable to locate credentials"),
     errors.LoadFailedError(
         ApplyResult(applied=["a.w"], missing=[("b.w", "Net.Linear")], source="m.bpk"),
         "missing",

@@ -28,6 +28,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
     ├── SaveFailedError (OSError)           a save could not write its file (disk full, ...)
     ├── RemoteReadError (OSError)           a range request for a remote object's bytes failed
+    ├── CredentialsMissingError (PermissionError)  an object store found no credentials to sign with
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
     ├── NotAFileError (OSError)             a FIFO, socket, device or symlink loop, not a file
@@ -57,6 +58,7 @@ from weightstore.base._render import bounded_int, bounded_repr
 
 __all__ = [
     "ArchiveError",
+    "CredentialsMissingError",
     "DTypeError",
     "DescriptorError",
     "DestinationExistsError",
@@ -335,6 +337,32 @@ class RemoteReadError(WeightstoreError, OSError):
             f"reading bytes [{bounded_int(offset)}, {bounded_int(offset + size)}) failed: {reason}",
             path=url,
         )
+
+
+class CredentialsMissingError(WeightstoreError, PermissionError):
+    """An object store (S3) found no credentials to sign a request with, or not all of them,
+    or a profile that does not exist. The message says where credentials come from, since the
+    store's own words ("Unable to locate credentials") name neither the environment variables
+    nor the option keys.
+
+    Attributes:
+        path: the URL.
+        reason: what the store's client said.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"no S3 credentials ({reason}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE) in the environment, or pass the storage options key and secret "
+            "(on the command line: --storage-option key=ID --storage-option secret=SECRET); "
+            "anon=true reads a public bucket, and endpoint_url (or AWS_ENDPOINT_URL_S3) "
+            "reaches an S3 API other than AWS",
+            path=url,
+        )
+
+    def __str__(self) -> str:
+        return WeightstoreError.__str__(self)
 
 
 class FileMissingError(WeightstoreError, FileNotFoundError):

@@ -14,7 +14,15 @@ Reads go through two calls (`weightstore.io._remote_source` plans them):
 - `read_range`: one byte range, through ``fs.cat_file(path, start=, end=)`` (by keyword: s3fs
   takes ``version_id`` second), so retries are the filesystem's.
 
-Both turn the store's failures into typed errors that carry the URL and the range.
+Both turn the store's failures into typed errors that carry the URL and the range. A client
+that finds no credentials fails every request with botocore's own exception, which is no
+`OSError`: `credentials_missing` names it, and every call into a filesystem here and in
+`weightstore.io._remote_write` turns it into `CredentialsMissingError`, whose message says
+where credentials come from.
+
+S3 options take AWS's spellings too (`AWS_OPTION_NAMES`: ``aws_access_key_id`` for s3fs's
+``key``...): they are what AWS users type, and s3fs would refuse them with a ``TypeError`` from
+deep inside its session.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from weightstore.errors import (
+    CredentialsMissingError,
     FileMissingError,
     InvalidOptionError,
     RemoteReadError,
@@ -31,8 +40,10 @@ from weightstore.errors import (
 )
 
 __all__ = [
+    "AWS_OPTION_NAMES",
     "READ_OPTIONS_KEY",
     "RemoteReadError",
+    "credentials_missing",
     "filesystem_for",
     "read_first",
     "read_range",
@@ -42,6 +53,21 @@ __all__ = [
 # The key of `storage_options` that holds weightstore's own read settings (block size,
 # concurrency: `weightstore.io._remote_source.ReadTuning`); it never reaches fsspec.
 READ_OPTIONS_KEY: Final = "weightstore"
+
+# AWS's names for S3 options (boto3's keywords, the CLI's config keys) -> s3fs's.
+AWS_OPTION_NAMES: Final = {
+    "aws_access_key_id": "key",
+    "aws_secret_access_key": "secret",
+    "aws_session_token": "token",
+    "profile_name": "profile",
+    "endpoint": "endpoint_url",
+}
+_S3_SCHEMES: Final = ("s3://", "s3a://")
+# botocore's exceptions for credentials it cannot find or use (matched by name: botocore is
+# the remote extra's, never imported here).
+_CREDENTIALS_ERRORS: Final = frozenset(
+    {"NoCredentialsError", "PartialCredentialsError", "ProfileNotFound", "NoAuthTokenError"}
+)
 
 
 def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
@@ -64,6 +90,8 @@ def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -
             option="url",
         ) from None
     options, _ = split_options(storage_options)
+    if url.lower().startswith(_S3_SCHEMES):
+        options = _s3fs_names(options)
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as err:  # the scheme's own package (s3fs, gcsfs, aiohttp) is missing
@@ -73,6 +101,34 @@ def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -
             option="url",
         ) from None
     return fs, path
+
+
+def _s3fs_names(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with AWS's names (`AWS_OPTION_NAMES`) turned into s3fs's.
+
+    Raises:
+        InvalidOptionError: both names of one option are given.
+    """
+    renamed = dict(options)
+    for aws_name, s3fs_name in AWS_OPTION_NAMES.items():
+        if aws_name not in renamed:
+            continue
+        if s3fs_name in renamed:
+            raise InvalidOptionError(
+                f"storage options {aws_name!r} and {s3fs_name!r} are one option; give one",
+                option="storage_options",
+            )
+        renamed[s3fs_name] = renamed.pop(aws_name)
+    return renamed
+
+
+def credentials_missing(url: str, err: BaseException) -> CredentialsMissingError | None:
+    """`err` as `CredentialsMissingError` naming `url` when it is the S3 client's report of
+    missing or unusable credentials; None for any other error."""
+    names = {kind.__name__ for kind in type(err).__mro__}
+    if not names & _CREDENTIALS_ERRORS:
+        return None
+    return CredentialsMissingError(url, _reason(err))
 
 
 def split_options(
@@ -108,7 +164,9 @@ def read_range(fs: Any, path: str, url: str, offset: int, size: int) -> bytes:
     except FileNotFoundError as err:
         raise FileMissingError(url) from err
     except Exception as err:  # OSError, or aiohttp's own errors; the filesystem's retries are spent
-        raise RemoteReadError(url, offset, size, _reason(err)) from err
+        raise credentials_missing(url, err) or RemoteReadError(
+            url, offset, size, _reason(err)
+        ) from err
     if len(data) != size:
         raise RemoteReadError(
             url, offset, size,
@@ -140,7 +198,7 @@ def read_first(fs: Any, path: str, url: str, size: int) -> tuple[bytes, int]:
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         raise FileMissingError(url) from err
     except Exception as err:  # OSError, or aiohttp's own errors (a 403, a 500)
-        raise RemoteReadError(url, 0, size, _reason(err)) from err
+        raise credentials_missing(url, err) or RemoteReadError(url, 0, size, _reason(err)) from err
 
 
 def _reason(err: BaseException) -> str:

@@ -35,8 +35,8 @@ import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Final, cast
 
-from weightstore.errors import DestinationExistsError, SaveFailedError
-from weightstore.io._fs import filesystem_for
+from weightstore.errors import CredentialsMissingError, DestinationExistsError, SaveFailedError
+from weightstore.io._fs import credentials_missing, filesystem_for
 
 __all__ = [
     "abort_uploads",
@@ -195,6 +195,24 @@ def _store_errors(url: str) -> Iterator[None]:
         raise SaveFailedError(url, err.errno, err.strerror or str(err)) from err
     except NotImplementedError as err:  # http(s): the filesystem cannot write at all
         raise SaveFailedError(url, None, "this URL's filesystem cannot write objects") from err
+    except Exception as err:
+        missing = credentials_missing(url, err)
+        if missing is None:
+            raise
+        raise missing from err
+
+
+@contextlib.contextmanager
+def _credentials_checked(url: str) -> Iterator[None]:
+    """Re-raise the S3 client's missing-credentials exception (no `OSError`, so no handler
+    here would see it) as `CredentialsMissingError` naming `url`; anything else as it is."""
+    try:
+        yield
+    except Exception as err:
+        missing = credentials_missing(url, err)
+        if missing is None:
+            raise
+        raise missing from err
 
 
 def _protocols(fs: Any) -> frozenset[str]:
@@ -219,9 +237,12 @@ def list_names(url: str, storage_options: StorageOptions = None) -> list[str] | 
     fs, path = filesystem_for(url, storage_options)
     fs.invalidate_cache(path)
     try:
-        entries = fs.ls(path, detail=True)
+        with _credentials_checked(url):
+            entries = fs.ls(path, detail=True)
     except FileNotFoundError:
         return []
+    except CredentialsMissingError:
+        raise
     except OSError:
         return None
     files = (entry["name"] for entry in entries if entry.get("type") == "file")
@@ -260,7 +281,8 @@ def read_head(url: str, size: int, storage_options: StorageOptions = None) -> by
     """
     fs, path = filesystem_for(url, storage_options)
     try:
-        data: bytes = fs.cat_file(path, start=0, end=size)
+        with _credentials_checked(url):
+            data: bytes = fs.cat_file(path, start=0, end=size)
     except FileNotFoundError:
         return None
     return data
@@ -274,9 +296,12 @@ def delete(url: str, storage_options: StorageOptions = None) -> None:
     """
     fs, path = filesystem_for(url, storage_options)
     try:
-        fs.rm_file(path)
+        with _credentials_checked(url):
+            fs.rm_file(path)
     except FileNotFoundError:
         return
+    except CredentialsMissingError:
+        raise
     except OSError as err:
         raise SaveFailedError(url, err.errno, err.strerror or str(err)) from err
 
@@ -287,7 +312,7 @@ def remove(url: str, names: Iterable[str], storage_options: StorageOptions = Non
     fs, path = filesystem_for(url, storage_options)
     paths = [posixpath.join(path, name) for name in names]
     if paths:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), _credentials_checked(url):
             fs.rm(paths)
 
 
@@ -307,7 +332,7 @@ def abort_uploads(
     bucket, key, _ = fs.split_path(path)
     prefix = f"{key.rstrip('/')}/" if key else ""
     aborted = 0
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), _credentials_checked(url):
         listing = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
         for upload in listing.get("Uploads", []):
             name = upload["Key"][len(prefix) :]
