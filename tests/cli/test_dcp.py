@@ -62,3 +62,21 @@ def test_verify_diff_and_convert_read_the_checkpoint(
     loaded = safetensors_torch.load_file(str(joined))
     assert loaded.keys() == {"model.w", "model.b"}
     assert all(torch.equal(loaded[f"model.{k}"], v) for k, v in tensors.items())
+
+
+def test_inspect_shows_each_tensors_chunk_count_where_files_show_an_offset(
+    checkpoint: tuple[Path, dict[str, object]],
+) -> None:
+    """A DCP tensor has no one offset (it is pieces of rank files): the column that holds a
+    file's offsets holds the chunk count, and says so in its header, instead of staying
+    empty."""
+    directory, _ = checkpoint
+    done = run_cli("inspect", directory)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("name "))
+    assert header.split()[-1] == "chunks"
+    rows = {line.split()[0]: line.split()[-1] for line in lines if line.startswith("model.")}
+    assert rows == {"model.w": "1", "model.b": "1"}
+    report = json.loads(run_cli("inspect", "--json", directory).stdout)
+    assert {row["name"]: row["chunks"] for row in report["tensors"]} == {"model.w": 1, "model.b": 1}

@@ -43,3 +43,11 @@ def test_every_exit_code_and_the_progress_variable_are_documented() -> None:
         assert re.search(rf"^\| {code} \|", PAGE, re.MULTILINE), code
     assert f"`{DELAY_VARIABLE}`" in PAGE
     assert "`--version`" in PAGE
+
+
+def test_the_help_points_at_the_page(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` ends with where every flag and exit code is explained."""
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--help"])
+    assert done.value.code == 0
+    assert "docs/cli.md" in capsys.readouterr().out

@@ -96,6 +96,15 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+# Where `--help` sends a reader for more: the page lists what the help cannot hold (exit
+# codes, output formats, URLs and their options, real output of each command).
+HELP_EPILOG: Final = (
+    "'weightstore COMMAND --help' lists a command's flags. Every command, flag and exit code, "
+    "with real output, and the S3 settings: docs/cli.md in the weightstore repository "
+    "(docs/remote.md for URLs)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line, every subcommand registered."""
     return _parser_for(None)
@@ -107,6 +116,7 @@ def _parser_for(command: str | None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="weightstore",
         description="Save, load, inspect and convert neural-network weights.",
+        epilog=HELP_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"weightstore {__version__}")
     parser.add_argument("--debug", action="store_true", help="print tracebacks of failures")

@@ -36,6 +36,8 @@ def _json_row(row: TensorRow) -> dict[str, Any]:
     }
     if row.storage is not None:
         document["storage"] = row.storage
+    if row.chunks is not None:
+        document["chunks"] = row.chunks
     return document
 
 
@@ -130,6 +132,8 @@ def _suspicious(scan: Scan | None) -> list[str]:
 
 
 def _offset_cell(row: TensorRow) -> str:
+    if row.chunks is not None:
+        return bounded_int(row.chunks)
     if row.offset is None:
         return ""
     offset = bounded_int(row.offset)
@@ -148,6 +152,8 @@ def _tensor_lines(report: FileReport) -> list[str]:
         for row in report.tensors
     ]
     offset = "storage:offset" if any(row.storage for row in report.tensors) else "offset"
+    if any(row.chunks is not None for row in report.tensors):
+        offset = "chunks"  # DCP: a whole tensor is pieces of rank files, not one offset
     return _table(("name", "dtype", "shape", "bytes", offset), rows, right={3, 4})
 
 

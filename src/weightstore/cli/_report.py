@@ -67,6 +67,9 @@ class TensorRow(ValueRecord):
     # inside the storage named by `storage` (a zip's ``data/<key>`` entry).
     offset: int | None = None
     storage: str | None = None
+    # DCP: how many chunks (pieces in rank files) the whole tensor is put together from; such
+    # a tensor has no one offset, so `inspect` shows this in the offset's place.
+    chunks: int | None = None
 
     @property
     def numel(self) -> int:
@@ -277,13 +280,13 @@ def _summarize_dcp(path: str) -> FileReport:
     from weightstore.dcp._reader import open_dcp
 
     with open_dcp(path) as reader:
+        index, tensors = reader.path, reader.index.tensors
         rows = [
-            TensorRow(name, dtype, shape, dtype.nbytes(shape))
+            TensorRow(name, dtype, shape, dtype.nbytes(shape), chunks=len(tensors[name].chunks))
             for name, dtype, shape, _ in reader.tensor_infos()
         ]
         values = reader.values()
         metadata: dict[str, Any] = reader.metadata()
-        index, tensors = reader.path, reader.index.tensors
     chunks: dict[str, int] = {}
     for tensor in tensors.values():
         for chunk in tensor.chunks:
