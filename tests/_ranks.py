@@ -2,18 +2,18 @@
 free port): the one harness of the torch.distributed tests (tests/distributed, tests/dcp).
 
 Ranks start from a fork server that has imported torch and the tests' worker modules once
-(`PRELOAD`), so a group of ranks costs a fork each rather than a fresh interpreter importing
-torch: the kill tests start a group per trial. The fork server's children take the parent's
-working directory and ``sys.path`` at each start, but not later changes to ``os.environ``: pass
-what a rank needs as arguments. `run_ranks` fails the test on any rank's exception, with its
-traceback, and on ranks still running at the deadline (a hung collective is a failure, never a
-hung run); `run_until_killed` expects a rank to die by SIGKILL and stops the others.
+(`tests._forkserver.PRELOAD`), so a group of ranks costs a fork each rather than a fresh
+interpreter importing torch: the kill tests start a group per trial. The fork server's children
+take the parent's working directory and ``sys.path`` at each start, but not later changes to
+``os.environ``: pass what a rank needs as arguments. `run_ranks` fails the test on any rank's
+exception, with its traceback, and on ranks still running at the deadline (a hung collective is
+a failure, never a hung run); `run_until_killed` expects a rank to die by SIGKILL and stops the
+others.
 """
 
 from __future__ import annotations
 
 import datetime
-import multiprocessing
 import os
 import signal
 import socket
@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import pytest
 
+from tests._forkserver import START_METHOD, preload
 from tests._optional import need
 
 torch = need("torch")
@@ -34,13 +35,6 @@ if not dist.is_available():  # pragma: no cover - the CPU wheel has it
 
 DEADLINE_S: Final = 240.0  # seconds for one group's run (four ranks on a busy machine)
 GROUP_TIMEOUT: Final = datetime.timedelta(seconds=120)  # a collective waiting longer has failed
-PRELOAD: Final = [
-    "torch", "torch.distributed.checkpoint", "tests.dcp._workers", "tests.dcp.example_reshard",
-    "tests.distributed._workers", "tests.distributed.example_two_ranks",
-]  # fmt: skip
-START_METHOD: Final = "forkserver"
-
-_preloaded: list[bool] = [False]
 
 
 def free_port() -> int:
@@ -56,9 +50,7 @@ def _start(worker: Callable[..., None], world_size: int, args: tuple[Any, ...]) 
 
 
 def _processes(function: Callable[..., None], args: tuple[Any, ...], count: int) -> Any:
-    if not _preloaded[0]:  # before the fork server starts; later calls reuse it
-        multiprocessing.set_forkserver_preload(PRELOAD)
-        _preloaded[0] = True
+    preload()  # before the fork server starts; later calls reuse it (tests/_forkserver.py)
     return mp.start_processes(
         function, args=args, nprocs=count, join=False, start_method=START_METHOD
     )

@@ -10,9 +10,12 @@ the next save. Loading is checked three ways: by hand from the index (every shar
 against the index's, every value against the model), with huggingface_hub's
 `load_torch_model`, and through weightstore's set reader where there is one.
 
-Children are forked from the test process, which has everything imported, so a kill costs
-milliseconds. `test_the_checker_sees_the_mix_a_naive_writer_leaves` shows the check can fail:
-a writer that rewrites shards in place under the plain names leaves a mix that it reports.
+Children are forks of the run's fork server (`tests._forkserver`, this module preloaded), not
+of the test process: by the time this runs another test may have imported JAX, whose threads
+make a fork of the test process unsafe (JAX warns on each). A fork of the single-threaded
+server has everything imported too, so a kill still costs milliseconds.
+`test_the_checker_sees_the_mix_a_naive_writer_leaves` shows the check can fail: a writer that
+rewrites shards in place under the plain names leaves a mix that it reports.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import sys
 import time
 import warnings
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests._forkserver import context as forkserver_context
 from tests._optional import need
 from weightstore import safetensors
 from weightstore.entry import TensorEntry
@@ -41,6 +46,7 @@ from weightstore.sets import SET_ID_KEY, layout_for, write_set
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork") or sys.platform == "win32", reason="SIGKILL of forked savers is POSIX"
 )
+READY = b""  # the saver's first message: started, about to save
 
 LAYOUT = layout_for("safetensors")
 INDEX = LAYOUT.index_name()
@@ -61,7 +67,7 @@ MODELS = {
     }
     for name, seed in (("A", 1), ("B", 2))
 }  # fmt: skip
-MAX_KILL_DELAY = 0.025  # seconds after the fork: spans several saves
+MAX_KILL_DELAY = 0.025  # seconds after the saver is ready: spans several saves
 
 
 class MixedError(AssertionError):
@@ -79,16 +85,18 @@ def _save(directory: Path, number: int, durable: bool) -> None:
               metadata=metadata, overwrite=True, durable=durable)  # fmt: skip
 
 
-def _saver(directory: Path, first: int, report_fd: int, durable: bool, named: bool) -> None:
-    """The child: save `first`, `first + 1`, ... until killed, writing each number to
-    `report_fd` once its save returned. Never returns."""
+def _saver(directory: Path, first: int, report: Connection, durable: bool, named: bool) -> None:
+    """The child: send `READY`, then save `first`, `first + 1`, ... until killed, sending each
+    number once its save returned (one write of 12 bytes: a kill never splits it). Never
+    returns."""
     try:
         if named:  # hold bytes in named scratch files, as on a filesystem without O_TMPFILE
             _refuse_tmpfile()
+        report.send_bytes(READY)
         number = first
         while True:
             _save(directory, number, durable)
-            os.write(report_fd, number.to_bytes(8, "little"))
+            report.send_bytes(number.to_bytes(8, "little"))
             number += 1
     except BaseException:
         import traceback
@@ -112,22 +120,28 @@ def _refuse_tmpfile() -> None:
 def _kill_a_saver(
     directory: Path, first: int, delay: float, durable: bool, named: bool
 ) -> int | None:
-    """Fork a saver, SIGKILL it after `delay` seconds; the last save it finished, or None."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _saver(directory, first, write_fd, durable, named)
-    os.close(write_fd)
-    time.sleep(delay)
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    reported = b""
-    while chunk := os.read(read_fd, 1 << 16):
-        reported += chunk
-    os.close(read_fd)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, "the saver failed"
-    return int.from_bytes(reported[-8:], "little") if reported else None
+    """Start a saver, SIGKILL it `delay` seconds after it is ready; the last save it
+    finished, or None."""
+    context = forkserver_context()
+    reader, writer = context.Pipe(duplex=False)
+    saver = context.Process(target=_saver, args=(directory, first, writer, durable, named))
+    saver.start()
+    writer.close()  # the child's copy is the only one: its death ends the pipe
+    try:
+        assert reader.poll(60) and reader.recv_bytes() == READY, "the saver did not start"
+        time.sleep(delay)
+    finally:
+        saver.kill()
+        saver.join()
+    finished = None
+    with reader:
+        while True:
+            try:
+                finished = int.from_bytes(reader.recv_bytes(), "little")
+            except EOFError:
+                break
+    assert saver.exitcode == -signal.SIGKILL, f"the saver failed (exit {saver.exitcode})"
+    return finished
 
 
 # -- the checks -----------------------------------------------------------------------------------
@@ -245,6 +259,21 @@ def _set_files(directory: Path) -> set[str]:
         return {SINGLE}
     weight_map = json.loads((directory / INDEX).read_text())["weight_map"]
     return {INDEX, *weight_map.values()}
+
+
+def test_savers_are_not_forks_of_the_test_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of the test process after another test imported JAX risks a deadlock (and made
+    JAX warn 20 times a run): savers come from the fork server."""
+
+    def no_fork() -> int:
+        raise AssertionError("os.fork() of the test process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    _save(tmp_path, 0, durable=False)
+    finished = _kill_a_saver(tmp_path, 1, 0.005, durable=False, named=False)
+    assert loaded_save(tmp_path) in (0 if finished is None else finished, (finished or 0) + 1)
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["anonymous-scratch", "named-scratch"])
