@@ -283,7 +283,7 @@ def _decoded(value: object, key: str, path: str, depth: int, budget: _Budget) ->
     if not isinstance(value, Mapping) or len(value) != 1:
         raise _bad_form(key, path, "an object holds exactly one tag")
     ((tag, content),) = value.items()
-    if tag == "$float" and content in _NON_FINITE:
+    if tag == "$float" and isinstance(content, str) and content in _NON_FINITE:
         return _NON_FINITE[content]
     if tag == "$tuple" and isinstance(content, list):
         return tuple(_decoded(item, key, path, depth + 1, budget) for item in content)
