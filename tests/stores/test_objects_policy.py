@@ -5,6 +5,7 @@ whole-module save) load; a dotted top-level key reads a nested dict. Real `torch
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,18 @@ def test_a_namespace_renders_its_fields_bounded() -> None:
     text = bounded_repr(namespace, limit=60)
     assert len(text) == 60 and text.startswith("Namespace(lr=0.1, name='xxx")
     assert bounded_repr(argparse.Namespace(**{"a b": 1})) == "Namespace('a b'=1)"
+
+
+def test_a_sharded_set_with_a_hostile_shard_refuses_the_load(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    first, second = "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"
+    torch.save({"fc.weight": torch.ones(2, 3), "hook": _System(f"touch {marker}")},
+               tmp_path / first)  # fmt: skip
+    torch.save({"fc.bias": torch.ones(2)}, tmp_path / second)
+    index = {"metadata": {}, "weight_map": {"fc.weight": first, "fc.bias": second}}
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    with pytest.raises(CodeObjectError) as caught:
+        Store.from_file(tmp_path).keys()
+    assert caught.value.path == str(tmp_path / first)
+    assert Store.from_file(tmp_path).allow_objects().keys() == ["fc.bias", "fc.weight"]
+    assert not marker.exists()
