@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.dtypes import DType as DType
     from weightstore.entry import TensorEntry as TensorEntry
     from weightstore.errors import ArchiveError as ArchiveError
+    from weightstore.errors import CodeObjectError as CodeObjectError
     from weightstore.errors import CredentialsMissingError as CredentialsMissingError
     from weightstore.errors import DescriptorError as DescriptorError
     from weightstore.errors import DestinationExistsError as DestinationExistsError
@@ -106,7 +107,8 @@ _EXPORTS: dict[str, str] = {
     "TensorEntry": "weightstore.entry",
     **dict.fromkeys(
         (
-            "ArchiveError", "CredentialsMissingError", "DTypeError", "DescriptorError",
+            "ArchiveError", "CodeObjectError", "CredentialsMissingError", "DTypeError",
+            "DescriptorError",
             "DestinationExistsError",
             "EntryError", "FileMissingError", "FormatError", "HeaderError", "InvalidOptionError",
             "KeyNotFoundError", "LimitExceeded", "LoadFailedError", "MetadataError",

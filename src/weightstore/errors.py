@@ -17,7 +17,8 @@ resembles, so callers can catch ours or keep their old handlers::
     │   └── SetError                        a sharded set's index or shards break the set's rules
     │       └── SetMismatchError            a shard belongs to another save than the index
     ├── UnsupportedFormatError (ValueError) a file that is not a format we read
-    │   └── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
+    │   ├── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
+    │   └── CodeObjectError                 a pickle naming globals that torch.load would run
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
     ├── TensorNotFoundError (KeyError)      a name that is not in the file
     │   └── KeyNotFoundError                a top-level key or entry that is not in the file
@@ -58,6 +59,7 @@ from weightstore.base._render import bounded_int, bounded_repr
 
 __all__ = [
     "ArchiveError",
+    "CodeObjectError",
     "CredentialsMissingError",
     "DTypeError",
     "DescriptorError",
@@ -533,6 +535,44 @@ class UnsupportedObjectError(UnsupportedFormatError):
             f"built by {global_name} ({reason}), which cannot be represented without torch",
             path=path,
             tensor=tensor,
+        )
+
+
+class CodeObjectError(UnsupportedFormatError):
+    """A checkpoint whose pickle names globals that would run code if ``torch.load`` loaded it
+    (``os.system``, ``builtins.eval``; `weightstore.pytorch_reader._policy`). Nothing ran;
+    the file is refused unless objects are allowed (``Store.allow_objects()``,
+    ``--allow-objects``).
+
+    Attributes:
+        global_names: the dotted names found, in the file's order.
+        where: the place of the first one (``"config.hook"``; ``""``: the whole file).
+        complete: False when the scan stopped at its limit (then there may be more, or the
+            names are empty and the file is refused for hiding them).
+    """
+
+    def __init__(
+        self,
+        global_names: tuple[str, ...],
+        where: str,
+        *,
+        complete: bool = True,
+        path: str | None = None,
+    ) -> None:
+        self.global_names = global_names
+        self.where = where
+        self.complete = complete
+        shown = ", ".join(bounded_repr(name, limit=80)[1:-1] for name in global_names[:5])
+        more = len(global_names) - 5
+        place = "(the whole file)" if not where else bounded_repr(where, limit=80)
+        what = f"names {shown}{f' and {more:,} more' if more > 0 else ''} at {place}"
+        if not complete:
+            stopped = "the scan of its objects stopped early"
+            what = f"{what}; {stopped}" if global_names else f"is too large to scan: {stopped}"
+        super().__init__(
+            f"the pickle {what}, which torch.load would import and may run (nothing ran); "
+            "allow objects (Store.allow_objects(), --allow-objects) only for a file you trust",
+            path=path,
         )
 
 

@@ -4,33 +4,59 @@ form, bounded whatever the file built."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from weightstore.cli._objects import is_suspicious, scan_globals, to_json
+from weightstore.cli._objects import is_object_class, runs_code, scan_globals, to_json
 from weightstore.pytorch_reader import GlobalRef, InertObject
+from weightstore.pytorch_reader._policy import CODE_RUNNING_GLOBALS
 
 
 @pytest.mark.parametrize(
-    ("module", "name", "suspicious"),
+    ("module", "name", "runs", "object_class"),
     [
-        ("posix", "system", True),
-        ("os", "system", True),
-        ("builtins", "eval", True),
-        ("__main__", "Net", True),
-        ("torchvision.models", "resnet", True),  # not torch itself
-        ("torch.nn.modules.linear", "Linear", False),
-        ("collections", "OrderedDict", False),
-        ("numpy.core.multiarray", "_reconstruct", False),
-        ("torch", "load", True),
-        ("torch.hub", "load", True),
-        ("torch.jit._serialization", "load", True),
-        ("numpy", "load", True),
+        ("posix", "system", True, False),
+        ("os", "system", True, False),
+        ("nt", "system", True, False),
+        ("subprocess", "Popen", True, False),
+        ("subprocess", "check_output", True, False),
+        ("importlib", "import_module", True, False),
+        ("importlib.machinery", "SourceFileLoader", True, False),
+        ("builtins", "eval", True, False),
+        ("builtins", "exec", True, False),
+        ("builtins", "getattr", True, False),
+        ("builtins", "__import__", True, False),
+        ("runpy", "run_path", True, False),
+        ("operator", "methodcaller", True, False),
+        ("torch", "load", True, False),
+        ("torch.hub", "load", True, False),
+        ("torch.jit._serialization", "load", True, False),
+        ("numpy", "load", True, False),
+        # a user's classes and other libraries' classes: inert data, listed
+        ("__main__", "Net", False, True),
+        ("torchvision.models", "resnet", False, True),  # not torch itself
+        ("mypkg.models", "Net", False, True),
+        ("osmnx", "Graph", False, True),  # "os" is a module, not a prefix of names
+        ("builtins", "print", False, True),
+        # what state dicts are made of
+        ("torch.nn.modules.linear", "Linear", False, False),
+        ("collections", "OrderedDict", False, False),
+        ("numpy.core.multiarray", "_reconstruct", False, False),
     ],
 )
-def test_suspicious_globals(module: str, name: str, suspicious: bool) -> None:
-    assert is_suspicious(module, name) is suspicious
+def test_which_globals_run_code_and_which_are_object_classes(
+    module: str, name: str, runs: bool, object_class: bool
+) -> None:
+    assert runs_code(module, name) is runs
+    assert is_object_class(module, name) is object_class
+
+
+def test_the_code_running_list_is_documented() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    missing = [entry for entry in CODE_RUNNING_GLOBALS if f"`{entry}`" not in page]
+    assert not missing
 
 
 def test_the_scan_names_where_each_global_sits() -> None:

@@ -20,6 +20,7 @@ use for every count and size a file supplied, prints it).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Final, cast
 
@@ -122,6 +123,8 @@ class _Renderer:
             self.emit(repr(int(value)) if bits <= MAX_INT_BITS else bounded_int(value))
         elif isinstance(value, dict | list | tuple | set | frozenset):
             self.container(value, depth)
+        elif _is_namespace(value):
+            self.namespace(value, depth)
         else:
             self.emit((self.leaf(value) if self.leaf else None) or _default(value))
 
@@ -156,6 +159,41 @@ class _Renderer:
             self.emit(",")  # (x,)
         self.emit(closing)
         self.active.discard(id(value))
+
+    def namespace(self, value: object, depth: int) -> None:
+        """An ``argparse.Namespace`` as its repr shows it, ``Namespace(lr=0.1, ...)``: a
+        training checkpoint's ``args``, whose fields are what a reader wants to see."""
+        fields = vars(value)
+        if id(value) in self.active or depth >= MAX_REPR_DEPTH:
+            self.emit("Namespace(...)")
+            return
+        self.active.add(id(value))
+        self.emit("Namespace(")
+        shown = 0
+        for key, entry in fields.items():
+            if shown == MAX_REPR_ITEMS or self.spent():
+                break
+            self.emit(", " if shown else "")
+            if isinstance(key, str) and len(key) <= _MAX_FIELD_NAME and key.isidentifier():
+                self.emit(key)
+            else:  # a file's key: long, or no name at all
+                self.render(key, depth + 1)
+            self.emit("=")
+            self.render(entry, depth + 1)
+            shown += 1
+        more = len(fields) - shown
+        self.emit(f", ... {more:,} more)" if more else ")")
+        self.active.discard(id(value))
+
+
+_MAX_FIELD_NAME: Final = 100  # characters of a Namespace field name shown bare
+
+
+def _is_namespace(value: object) -> bool:
+    """Whether `value` is an ``argparse.Namespace`` exactly; never imports argparse (without
+    it loaded, nothing is one)."""
+    argparse = sys.modules.get("argparse")
+    return argparse is not None and type(value) is getattr(argparse, "Namespace", None)
 
 
 _BRACKETS: Final[dict[type, tuple[str, str]]] = {

@@ -4,7 +4,8 @@ The conversion is the library's own save, ``save_into(source, destination_store)
 is `Store.from_file(SRC)` (format from its bytes), the destination a store of the format DST's
 extension or ``--format`` names, and every flag is a builder of one of the two stores:
 
-    --top-level-key            source   PyTorch: the tensors under one key
+    --top-level-key            source   PyTorch: the tensors under one key (a dotted path)
+    --allow-objects            source   PyTorch: read a pickle naming globals that run code
     --filter, --remap          dest     which tensors, renamed how (source names; rules chain)
     --to-burn, --from-burn     dest     `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter`
     --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
@@ -15,6 +16,13 @@ that when an adapter casts or transposes it); from a PyTorch checkpoint that hol
 size, as each tensor's mapped pages are released once written (`_releasing_reader`). List
 indices keep their numbers (the PyTorch store's contiguous renumbering is turned off): a
 converted file loads into the model the source came from.
+
+A conversion that would write no tensor (a ``--top-level-key`` holding none, a ``--filter``
+matching none) is refused, as a load that loads nothing is. A checkpoint read whole whose
+tensors sit under several top-level keys (weights and optimizer state) is converted whole with
+a warning that names the keys and suggests ``--top-level-key``; one holding a user's classes
+(a whole-module save) converts with a warning, and one whose pickle names globals that would
+run code is refused unless ``--allow-objects`` (`weightstore.pytorch_reader._policy`).
 
 The layout and half-precision adapters act by the type of the module owning each tensor, which
 a file does not record; the library infers it from names and shapes
@@ -43,7 +51,8 @@ from weightstore.adapters import (
     PyTorchToBurnAdapter,
 )
 from weightstore.bridge import ModelFreeSource, source_for
-from weightstore.cli._errors import EXIT_OK, about
+from weightstore.cli._errors import EXIT_BAD_INPUT, EXIT_OK, about, print_error, print_warning
+from weightstore.cli._keys import class_warning, keys_text, suggested_key, tensor_keys
 from weightstore.cli._modules import typed_for_command
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._progress import Progress
@@ -111,7 +120,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     for flag, metavar, split_last, text in _PAIR_FLAGS:
         kind = _pair(metavar, split_last)
         parser.add_argument(flag, metavar=metavar, action="append", type=kind, help=text)
-    parser.add_argument("--top-level-key", metavar="KEY", help="PyTorch: tensors under KEY")
+    parser.add_argument(
+        "--top-level-key", metavar="KEY", help="PyTorch: tensors under KEY (a.b: nested)"
+    )
+    parser.add_argument(
+        "--allow-objects",
+        action="store_true",
+        help="PyTorch: read a pickle naming globals that would run code (os.system, ...)",
+    )
     parser.add_argument(
         "--max-shard-size",
         metavar="SIZE",
@@ -133,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     storage = storage_options_of(args)
     with about(args.src):
         opened = Store.from_file(args.src, storage_options=storage)
+        if args.allow_objects and "allow_objects" in opened.format.store_options:
+            opened = opened.allow_objects()
         source_store = opened.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
@@ -145,7 +163,28 @@ def run(args: argparse.Namespace) -> int:
             reader = _releasing_reader(source_store, args)
             read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
             snapshots = _owned(read, adapter, args)
+            _warn_about_source(source_store, args)
         return _write(args, fmt, adapter, metadata, source, snapshots)
+
+
+def _warn_about_source(store: Store, args: argparse.Namespace) -> None:
+    """Warn when a checkpoint holds a user's classes, or, read whole, holds tensors under
+    several top-level keys (weights and optimizer state would be converted together)."""
+    reader = store.reader()
+    scan = getattr(reader, "scan", None)
+    if scan is None:  # not a single PyTorch checkpoint
+        return
+    warning = class_warning(scan())
+    if warning is not None:
+        print_warning(f"{args.src}: {warning}")
+    if args.top_level_key is None:
+        counts = tensor_keys(reader)
+        if counts:
+            print_warning(
+                f"{args.src}: converting the tensors of several top-level keys: "
+                f"{keys_text(counts)}; to convert one, pass --top-level-key "
+                f"{suggested_key(counts)}"
+            )
 
 
 def _releasing_reader(store: Store, args: argparse.Namespace) -> Any:
@@ -189,6 +228,9 @@ def _write(
     """Save `snapshots` into DST (the save half of `run`); prints what was written."""
     store = _destination(args, fmt, adapter, metadata)
     kept = [s for s in snapshots if store.options.filter.matches(s.full_path, s.container_path)]
+    if not kept:
+        print_error(f"{args.src}: nothing to convert: {_why_nothing(args, snapshots)}")
+        return EXIT_BAD_INPUT
     total = sum(s.nbytes for s in kept)
     if is_url(args.src):  # fetch what is written in large, concurrent batches
         from weightstore.stores._remote_plan import plan_reads_for_load
@@ -202,6 +244,18 @@ def _write(
     print(f"wrote {printable(str(written))} ({fmt.name}): {plural(len(kept), 'tensor')}, "
           f"{size:,} bytes")  # fmt: skip
     return EXIT_OK
+
+
+def _why_nothing(args: argparse.Namespace, snapshots: Sequence[TensorSnapshot]) -> str:
+    """Why a conversion would write no tensor, for its error line."""
+    if snapshots:
+        return f"--filter matches none of its {plural(len(snapshots), 'tensor')}"
+    if args.top_level_key is not None:
+        return (
+            f"top-level key {args.top_level_key!r} holds no tensors (inspect lists its "
+            "objects and the keys that hold tensors)"
+        )
+    return "it holds no tensors"
 
 
 def _writes_set(args: argparse.Namespace) -> bool:

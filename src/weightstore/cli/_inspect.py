@@ -2,8 +2,9 @@
 
 Each file's format comes from its bytes (`weightstore.formats`); no tensor data is read. A file
 that fails prints its one-line error and the others are still listed. A PyTorch checkpoint
-whose pickle names suspicious globals (`weightstore.cli._objects`) is listed in full, then
-refused with exit code 2 unless ``--allow-objects``.
+whose pickle names globals that would run code (`weightstore.pytorch_reader._policy`) is
+listed in full, then refused with exit code 2 unless ``--allow-objects``; one holding a user's
+classes (a whole-module save) lists them as objects and warns, exit 0.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from weightstore.cli._errors import (
     about,
     describe,
     print_error,
+    print_warning,
     report_failure,
 )
+from weightstore.cli._keys import class_warning
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._render import json_document, render_text
 from weightstore.cli._report import FileReport, summarize
@@ -48,7 +51,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-objects",
         action="store_true",
-        help="PyTorch: accept pickles that name globals outside torch, NumPy and collections",
+        help="PyTorch: accept pickles that name globals that would run code (os.system, ...)",
     )
     parser.set_defaults(run=run)
 
@@ -72,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:  # each report as soon as it is ready, a blank line between
             print(("\n" if index else "") + render_text(report))
         code = max(code, flag_damage(report))
+        warning = class_warning(report.scan)
+        if warning is not None:
+            print_warning(f"{report.path}: {warning}")
         if not args.allow_objects:
             code = max(code, flag_objects(report))
     if args.json:
@@ -99,7 +105,8 @@ def flag_damage(report: FileReport) -> int:
 
 
 def flag_objects(report: FileReport) -> int:
-    """Print the error for a report whose pickle names suspicious globals; its exit code."""
+    """Print the error for a report whose pickle names globals that would run code; its exit
+    code."""
     scan = report.scan
     if scan is None or not scan.flagged:
         return EXIT_OK

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from weightstore.base._render import bounded_int
+from weightstore.cli._keys import keys_text, place, suggested_key
 from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
 from weightstore.cli._report import FileReport, SetSummary, TensorRow
 from weightstore.cli._text import dump_json, plural, printable, shortened
@@ -64,6 +65,11 @@ def json_document(report: FileReport) -> dict[str, Any]:
             {"module": g.module, "name": g.name, "where": g.where} for g in report.scan.suspicious
         ]
         document["scan_complete"] = report.scan.complete
+        document["object_classes"] = [
+            {"module": g.module, "name": g.name, "where": g.where} for g in report.scan.classes
+        ]
+    if report.tensor_keys:
+        document["tensor_keys"] = report.tensor_keys
     return document
 
 
@@ -121,14 +127,24 @@ def _others(report: FileReport) -> list[str]:
 def _suspicious(scan: Scan | None) -> list[str]:
     if scan is None or not scan.flagged:
         return []
-    lines = ["suspicious globals (torch.load would import these; weightstore ran nothing):"]
-    lines += [f"  {printable(g.qualname)}  at {printable(repr(g.where))}" for g in scan.suspicious]
+    lines = ["suspicious globals (torch.load would run these; weightstore ran nothing):"]
+    lines += [f"  {printable(g.qualname)}  at {printable(place(g.where))}" for g in scan.suspicious]
     if not scan.complete:
         lines.append(
             f"  (the scan stopped at {MAX_SCAN_NODES:,} values or {MAX_SCAN_DEPTH:,} levels; "
             "there may be more)"
         )
     return lines
+
+
+def _key_lines(counts: dict[str, int]) -> list[str]:
+    """Which top-level keys hold tensors, and the flag that lists one, when several do."""
+    if not counts:
+        return []
+    return [
+        f"tensors under several top-level keys: {printable(keys_text(counts))}; "
+        f"--top-level-key {printable(str(suggested_key(counts)))} lists one"
+    ]
 
 
 def _offset_cell(row: TensorRow) -> str:
@@ -204,6 +220,7 @@ def render_text(report: FileReport) -> str:
         *_pairs("scalars:", report.scalars),
         *_others(report),
         *_suspicious(report.scan),
+        *_key_lines(report.tensor_keys),
         "",
         *_tensor_lines(report),
         "",

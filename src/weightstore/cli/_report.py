@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from weightstore.base._record import ValueRecord
-from weightstore.cli._objects import Scan, describe_value, scan_globals, to_json
+from weightstore.cli._keys import tensor_keys
+from weightstore.cli._objects import Scan, describe_value, to_json
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -116,7 +117,9 @@ class FileReport:
     # and the same entries as JSON values. The key "" is the whole file, when it is one object.
     others: dict[str, str] = field(default_factory=dict)
     other_values: dict[str, Any] = field(default_factory=dict)
-    scan: Scan | None = None  # PyTorch: the suspicious globals its pickle names
+    scan: Scan | None = None  # PyTorch: the globals its pickle names (code; a user's classes)
+    # PyTorch, read whole: tensors under each top-level key, when several keys hold tensors
+    tensor_keys: dict[str, int] = field(default_factory=dict)
     listed_from: int | None = None  # tensors before `--filter`, when one was applied
     set: SetSummary | None = None  # a sharded set's own facts
 
@@ -210,9 +213,15 @@ def summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
         facts = ("format", "byte_order", "pickle_protocol", "format_version", "storage_alignment")
         others = reader.others()
         values = {name: to_json(reader.load_object(name)) for name in others}
-        root = reader.load_object() if top_level_key is None else _whole_file(path, remote)
+        root = reader.load_object()
         if not isinstance(root, dict) and not rows and not broken:
             others[""], values[""] = describe_value(root), to_json(root)  # one bare object
+        scan = reader.scan()  # the whole file's, whatever the key lists
+        for found in scan.classes:  # a user's classes, each where first found, by import path
+            if found.where not in others:
+                others[found.where] = f"<inert {found.qualname} object>"
+                values[found.where] = {"object": found.qualname}
+        keys = tensor_keys(reader) if top_level_key is None else {}
         return FileReport(
             path=path,
             format="pytorch",
@@ -221,7 +230,8 @@ def summarize_pytorch(path: str, options: dict[str, Any]) -> FileReport:
             tensors=rows,
             others={**others, **broken},
             other_values={**values, **broken},
-            scan=scan_globals(root),
+            scan=scan,
+            tensor_keys=keys,
         )
 
 
@@ -245,15 +255,6 @@ def _storage_place(tensor: LazyTensor) -> tuple[str | None, int | None]:
         return None, None
     first = tensor.storage_offset + (storage.view[0] if storage.view is not None else 0)
     return storage.key, tensor.dtype.nbytes((first,))
-
-
-def _whole_file(path: str, remote: dict[str, Any]) -> object:
-    """The decoded value of the whole checkpoint, for the scan when a top-level key narrowed
-    the listing: globals elsewhere in the file matter as much."""
-    from weightstore.pytorch_reader import PytorchReader
-
-    with PytorchReader(path, **remote) as whole:
-        return whole.load_object()
 
 
 Summarizer = Callable[[str, dict[str, Any]], FileReport]  # a record's `load_summarizer()`
@@ -352,6 +353,7 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
     others: dict[str, str] = {}
     values: dict[str, Any] = {}
     suspicious: dict[str, Any] = {}
+    classes: dict[str, Any] = {}
     complete = True
     damaged = dict(report.damaged)
     for shard in report.shards:
@@ -370,6 +372,8 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
             complete = complete and part.scan.complete
             for found in part.scan.suspicious:
                 suspicious.setdefault(found.qualname, found)
+            for found in part.scan.classes:
+                classes.setdefault(found.qualname, found)
     index = None if report.path in report.shards else report.path
     summary = SetSummary(
         index=index,
@@ -380,7 +384,8 @@ def _summarize_open_set(reader: SetReader, options: dict[str, Any]) -> FileRepor
         skipped=[(os.path.basename(entry), kind) for entry, kind in report.skipped],
         damaged=tuple((_shard_name(k, report.path), v) for k, v in damaged.items()),
     )
-    scan = Scan(tuple(suspicious.values()), complete) if fmt.holds_foreign_objects else None
+    merged = Scan(tuple(suspicious.values()), complete, tuple(classes.values()))
+    scan = merged if fmt.holds_foreign_objects else None
     return FileReport(
         path=report.path,
         format=report.format_name,

@@ -6,8 +6,10 @@ every tensor's view of its storage). Then each tensor is read through the reader
 the stored bytes for dtypes NumPy cannot hold) and every byte of it touched, one tensor at a
 time. A tensor that fails is reported and the others are still read.
 
-A PyTorch checkpoint whose pickle names suspicious globals (`weightstore.cli._objects`) fails
-unless ``--allow-objects``: weightstore ran nothing, but ``torch.load`` would.
+A PyTorch checkpoint whose pickle names globals that would run code
+(`weightstore.pytorch_reader._policy`) fails unless ``--allow-objects``: weightstore ran
+nothing, but ``torch.load`` would. A user's own classes (a whole-module save) are inert data:
+noted, warned about, and passed.
 
 Output: one line per file (``ok`` or ``FAILED``), each problem indented below it. Exit 0 when
 every file passes, else 2 (with a one-line error on stderr per failed file).
@@ -31,7 +33,9 @@ from weightstore.cli._errors import (
     about,
     describe,
     print_error,
+    print_warning,
 )
+from weightstore.cli._keys import class_warning, place
 from weightstore.cli._objects import Scan, scan_globals
 from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
@@ -88,7 +92,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-objects",
         action="store_true",
-        help="PyTorch: accept pickles that name globals outside torch, NumPy and collections",
+        help="PyTorch: accept pickles that name globals that would run code (os.system, ...)",
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -100,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         verdict = verify_file(path, args)
         print(_text(verdict))
+        warning = class_warning(verdict.scan)
+        if warning is not None:
+            print_warning(f"{path}: {warning}")
         if verdict.failed:
             count = plural(len(verdict.problems) + _flag_count(verdict), "problem")
             print_error(f"{path}: verification failed ({count})")
@@ -129,7 +136,7 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         _read_all(reader, verdict, args.quiet)
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
-            verdict.scan = scan_globals(_whole_file(reader, path, args))
+            verdict.scan = _whole_file_scan(reader, path, args)
         if _is_set_reader(reader):
             _check_set(reader, verdict, storage_options_of(args))
     return verdict
@@ -171,6 +178,7 @@ def _check_set(reader: SetReader, verdict: Verdict, storage_options: dict[str, A
 def _scan_shards(shards: tuple[str, ...], storage_options: dict[str, Any] | None) -> Scan:
     """The suspicious globals of every shard's pickle, as one scan."""
     found: dict[str, Any] = {}
+    classes: dict[str, Any] = {}
     complete = True
     for shard in shards:
         _, opened = open_file(shard, storage_options=storage_options)
@@ -179,16 +187,18 @@ def _scan_shards(shards: tuple[str, ...], storage_options: dict[str, Any] | None
         complete = complete and scan.complete
         for suspicious in scan.suspicious:
             found.setdefault(suspicious.qualname, suspicious)
-    return Scan(tuple(found.values()), complete)
+        for inert in scan.classes:
+            classes.setdefault(inert.qualname, inert)
+    return Scan(tuple(found.values()), complete, tuple(classes.values()))
 
 
-def _whole_file(reader: Any, path: str, args: argparse.Namespace) -> object:
-    if args.top_level_key is None:
-        return reader.load_object()
-    # The scan covers the whole file, not the selected key.
-    _, whole = open_file(path, storage_options=storage_options_of(args))
-    with whole:
-        return whole.load_object()  # type: ignore[attr-defined]
+def _whole_file_scan(reader: Any, path: str, args: argparse.Namespace) -> Scan:
+    """The scan of the whole file, whatever key the reader selected."""
+    scan = getattr(reader, "scan", None)
+    if scan is not None:  # a PyTorch reader scans its whole file
+        found: Scan = scan()
+        return found
+    return scan_globals(reader.load_object())
 
 
 def _read_all(reader: TensorReader, verdict: Verdict, quiet: bool) -> None:
@@ -276,14 +286,21 @@ def _text(verdict: Verdict) -> str:
 
 def _scan_lines(verdict: Verdict) -> list[str]:
     scan = verdict.scan
-    if scan is None or not scan.flagged:
+    if scan is None:
         return []
+    objects = [
+        f"  note: an object of class {printable(g.qualname)} at {printable(place(g.where))}, "
+        "read as inert data"
+        for g in scan.classes
+    ]
+    if not scan.flagged:
+        return objects
     note = "allowed by --allow-objects" if verdict.objects_allowed else "pass --allow-objects"
     lines = [
-        f"  suspicious global {printable(g.qualname)} at {printable(repr(g.where))} "
-        f"(torch.load would import it; {note})"
+        f"  suspicious global {printable(g.qualname)} at {printable(place(g.where))} "
+        f"(torch.load would run it; {note})"
         for g in scan.suspicious
     ]
     if not scan.complete:
         lines.append(f"  the scan of the pickle's objects stopped early ({note})")
-    return lines
+    return objects + lines

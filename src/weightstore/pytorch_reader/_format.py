@@ -64,7 +64,7 @@ FORMAT = ContainerFormat(
     open_bytes=None,  # the reader maps or reads a file (or a URL's ranges)
     open_static=None,
     writer=None,  # weightstore never writes pickles
-    store_options=LOAD_OPTIONS | {"top_level_key"},
+    store_options=LOAD_OPTIONS | {"top_level_key", "allow_objects"},
     set_layout=SetLayout("pytorch", "pytorch_model", "bin", search_rank=2),  # safe sets first
     summarizer="weightstore.cli._report:summarize_pytorch",
     holds_foreign_objects=True,  # a pickle names the globals torch.load imports

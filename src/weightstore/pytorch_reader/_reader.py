@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
 from weightstore.base._record import RecordMeta, ValueRecord
-from weightstore.errors import KeyNotFoundError, TensorNotFoundError
+from weightstore.errors import CodeObjectError, KeyNotFoundError, TensorNotFoundError
 from weightstore.io._source import ReadMode
 from weightstore.pytorch_reader._archive import open_archive
 from weightstore.pytorch_reader._layout import (
@@ -34,6 +34,7 @@ from weightstore.pytorch_reader._layout import (
     Limits,
 )
 from weightstore.pytorch_reader._loaded import Layout
+from weightstore.pytorch_reader._policy import Scan, scan_globals
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 
@@ -104,6 +105,8 @@ class PytorchReader:
             reader, so at a URL they are refused: download them first.
         top_level_key: list only the tensors under this key of the top-level dict
             (``"model_state_dict"`` in a training checkpoint); names are then relative to it.
+            A dotted path (``"state_dict.model"``) selects a key of a nested dict; a key
+            spelled exactly so wins over the path.
         max_pickle_size, max_memo_size, max_stack_size, max_container_size, max_depth,
             max_nodes, max_storage_count, max_inflated_size, max_names_size,
             max_expanded_size, max_code_size: resource limits (see `Limits`); raise one only
@@ -112,6 +115,9 @@ class PytorchReader:
             (each `get` reads a fresh copy and the reader keeps none, so a pass over every
             tensor holds one at a time: a conversion of a file larger than memory).
         storage_options: for a URL, what its filesystem is opened with.
+        refuse_code: refuse a file whose pickle names globals that would run code under
+            ``torch.load`` (`scan`; the stores set it unless objects are allowed). Off, such
+            a file reads as inert data, as it always does.
 
     Raises:
         UnsupportedFormatError: not a PyTorch checkpoint (torch.package, a compressed file,
@@ -119,6 +125,7 @@ class PytorchReader:
         FormatError: the file breaks its layout; `PickleError`, `TruncatedError`,
             `LimitExceeded` and `ArchiveError` say how.
         KeyNotFoundError: `top_level_key` is not there; the error lists the keys that are.
+        CodeObjectError: with `refuse_code`, the pickle names globals that would run code.
         InvalidOptionError: a limit that is not a positive int.
 
     Attributes:
@@ -148,6 +155,7 @@ class PytorchReader:
         max_code_size: int = MAX_CODE_SIZE,
         mode: ReadMode = "mmap",
         storage_options: Mapping[str, Any] | None = None,
+        refuse_code: bool = False,
     ) -> None:
         self._limits = Limits(
             max_pickle_size=max_pickle_size,
@@ -164,10 +172,13 @@ class PytorchReader:
         )
         self.path = os.fspath(path)
         self.top_level_key = top_level_key
+        self._scan: Scan | None = None
         with collector_paused():
             self._loaded = open_archive(self.path, self._limits, mode, storage_options)
             try:
                 self._object = self._select(top_level_key)
+                if refuse_code:
+                    self._refuse_code()
             except BaseException:
                 self._loaded.close()
                 raise
@@ -184,16 +195,20 @@ class PytorchReader:
         top_level_key: str | None = None,
         mode: ReadMode = "mmap",
         storage_options: Mapping[str, Any] | None = None,
+        refuse_code: bool = False,
         **limits: int,
     ) -> PytorchReader:
         """Open `path`: the same as the constructor, in the form every weightstore reader has.
 
         Args:
             path: the file.
-            top_level_key, mode, storage_options: as for the class.
+            top_level_key, mode, storage_options, refuse_code: as for the class.
             limits: ``max_pickle_size`` and the other resource limits of the class.
         """
-        return cls(path, top_level_key, mode=mode, storage_options=storage_options, **limits)
+        return cls(
+            path, top_level_key, mode=mode, storage_options=storage_options,
+            refuse_code=refuse_code, **limits,
+        )  # fmt: skip
 
     # -- tensors ---------------------------------------------------------------------------------
 
@@ -322,8 +337,10 @@ class PytorchReader:
         return _entry(self._loaded.root, key, self.path, "key")
 
     def others(self, limit: int = 60) -> dict[str, str]:
-        """Top-level entries holding no tensors (epochs, configs, ...), as descriptions of at
-        most `limit` characters, each built at bounded cost whatever the value.
+        """Top-level entries holding no tensors (epochs, configs, ...), and those of the dicts
+        one level down that hold tensors (a training checkpoint's ``optimizer.param_groups``),
+        by dotted name (which `load_object` takes), as descriptions of at most `limit`
+        characters, each built at bounded cost whatever the value.
 
         Raises:
             LimitExceeded: finding which entries hold tensors visits more than ``max_nodes``
@@ -332,12 +349,32 @@ class PytorchReader:
         root = self._loaded.root
         if not isinstance(root, dict):
             return {}
+        found: dict[str, str] = {}
         holders = tensor_holders(root.values(), self._limits, self.path)
-        return {
-            _key_text(key): short_repr(value, limit)
-            for (key, value), holds in zip(root.items(), holders, strict=True)
-            if not holds
-        }
+        for (key, value), holds in zip(root.items(), holders, strict=True):
+            if not holds:
+                found[_key_text(key)] = short_repr(value, limit)
+            elif isinstance(value, dict):
+                inner = tensor_holders(value.values(), self._limits, self.path)
+                for (child, item), child_holds in zip(value.items(), inner, strict=True):
+                    if not child_holds:
+                        found[f"{_key_text(key)}.{_key_text(child)}"] = short_repr(item, limit)
+        return found
+
+    def scan(self) -> Scan:
+        """The globals outside torch, NumPy and collections that the whole file's decoded
+        value keeps, judged by the policy of `weightstore.pytorch_reader._policy`: those that
+        would run code under ``torch.load``, and a user's inert classes. Computed once."""
+        if self._scan is None:
+            self._scan = scan_globals(self._loaded.root)
+        return self._scan
+
+    def _refuse_code(self) -> None:
+        scan = self.scan()
+        if scan.flagged:
+            names = tuple(found.qualname for found in scan.suspicious)
+            where = scan.suspicious[0].where if scan.suspicious else ""
+            raise CodeObjectError(names, where, complete=scan.complete, path=self.path)
 
     def _select(self, top_level_key: str | None) -> object:
         if top_level_key is None:
@@ -368,13 +405,44 @@ def _key_text(key: object) -> str:
     return key if isinstance(key, str) else short_repr(key)
 
 
+_MISSING = object()
+
+
 def _entry(root: object, key: str, path: str, what: str) -> object:
-    """``root[key]`` of a top-level dict, matching non-string keys by their printed form."""
-    if isinstance(root, dict):
-        if key in root:
-            return root[key]
-        for candidate, value in root.items():
-            if _key_text(candidate) == key:
-                return value
-        raise KeyNotFoundError(key, [_key_text(k) for k in root], path=path, what=what)
-    raise KeyNotFoundError(key, [], path=path, what=what)
+    """``root[key]`` of a top-level dict, matching non-string keys by their printed form; a
+    dotted `key` (``"state_dict.model"``) that no key spells exactly walks nested dicts, the
+    longest key that matches first (a key may itself hold a dot)."""
+    found = _lookup(root, key)
+    if found is not _MISSING:
+        return found
+    available = [_key_text(k) for k in root] if isinstance(root, dict) else []
+    raise KeyNotFoundError(key, available, path=path, what=what)
+
+
+def _lookup(value: object, key: str) -> object:
+    """`value`'s entry `key` (exact, printed, then dotted), or `_MISSING`. Each step of a
+    dotted path consumes one segment at least, so the walk is bounded by the key's dots."""
+    if not isinstance(value, dict):
+        return _MISSING
+    found = _lookup_exact(value, key)
+    if found is not _MISSING:
+        return found
+    cut = key.rfind(".")
+    while cut > 0:
+        head = _lookup_exact(value, key[:cut])
+        if head is not _MISSING:
+            found = _lookup(head, key[cut + 1 :])
+            if found is not _MISSING:
+                return found
+        cut = key.rfind(".", 0, cut)
+    return _MISSING
+
+
+def _lookup_exact(value: dict[Any, Any], key: str) -> object:
+    """`value`'s entry spelled `key` (as a string, or printed), or `_MISSING`."""
+    if key in value:
+        return value[key]
+    for candidate, item in value.items():
+        if _key_text(candidate) == key:
+            return item
+    return _MISSING

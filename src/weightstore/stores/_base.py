@@ -332,8 +332,16 @@ class Store:
         return self._with(map_indices_contiguous=True, map_indices_except=pattern)
 
     def with_top_level_key(self: StoreT, key: str) -> StoreT:
-        """Read the tensors under `key` of a checkpoint's top-level dict (``"state_dict"``)."""
+        """Read the tensors under `key` of a checkpoint's top-level dict (``"state_dict"``); a
+        dotted path (``"state_dict.model"``) reads a nested dict's, unless a key is spelled
+        exactly so."""
         return self._with(top_level_key=key)
+
+    def allow_objects(self: StoreT, allow: bool = True) -> StoreT:
+        """Read a checkpoint whose pickle names globals that ``torch.load`` would run
+        (``os.system``, ``builtins.eval``), as inert data; by default such a file raises
+        `CodeObjectError`. A user's own classes (a whole-module save) need no permission."""
+        return self._with(allow_objects=allow)
 
     def auto_extension(self: StoreT, enabled: bool = True) -> StoreT:
         """Give extensionless paths the format's extension (``model`` -> ``model.bpk``)."""

@@ -47,6 +47,7 @@ class StoreOptions(ValueRecord):
     durable: bool = True
     max_shard_size: int | None = None  # bytes per shard; set: saves write a sharded set
     variant: str | None = None  # a set's variant ("fp16"): model.fp16-00001-of-00002.safetensors
+    allow_objects: bool = False  # PyTorch: read a pickle naming globals that would run code
 
     def __init__(
         self,
@@ -67,12 +68,13 @@ class StoreOptions(ValueRecord):
         durable: bool = True,
         max_shard_size: int | None = None,
         variant: str | None = None,
+        allow_objects: bool = False,
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
             {} if metadata is None else metadata, skip_enum_variants,
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
-            dedupe_tied, durable, max_shard_size, variant,
+            dedupe_tied, durable, max_shard_size, variant, allow_objects,
         )  # fmt: skip
 
     @property

@@ -40,7 +40,7 @@ __all__ = [
     "refuse_foreign",
 ]
 
-READER_OPTIONS: Final = frozenset({"top_level_key", "variant", "auto_extension"})
+READER_OPTIONS: Final = frozenset({"top_level_key", "variant", "auto_extension", "allow_objects"})
 """Store options that change which bytes the reader reads: a copy changing one reads anew."""
 
 STORE_NAMES: dict[str, str] = {}
@@ -177,9 +177,11 @@ def _open_path(
         if probe is not None:
             probe.close()
         raise
-    reader_options = {}
+    reader_options: dict[str, Any] = {}
     if options.top_level_key is not None:
         reader_options["top_level_key"] = options.top_level_key
+    if "allow_objects" in fmt.store_options and location.kind in (Kind.FILE, Kind.SET):
+        reader_options["refuse_code"] = not options.allow_objects
     return open_located(
         location, fmt, storage_options=storage_options, variant=options.variant, source=probe,
         **reader_options,
