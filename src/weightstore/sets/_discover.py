@@ -34,9 +34,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from weightstore.base._record import Record
-from weightstore.errors import SetError, UnsupportedFormatError
+from weightstore.errors import SetError, UnsupportedFormatError, WeightstoreError
 from weightstore.io import is_url
 from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
+from weightstore.sets._index import read_index
 from weightstore.sets._layout import LAYOUTS, SetLayout, layout_for, parse_shard_name
 
 __all__ = [
@@ -327,9 +328,6 @@ def _shards_present(
 ) -> bool:
     """Whether every shard the index names is in the directory's listing; an index that does
     not read counts as present, so opening it says what is wrong with it."""
-    from weightstore.errors import WeightstoreError
-    from weightstore.sets._index import read_index
-
     try:
         index = read_index(index_path, storage_options=storage_options)
     except WeightstoreError:
