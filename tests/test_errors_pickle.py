@@ -37,6 +37,7 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
     errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
     errors.CredentialsMissingError("s3://b/m.safetensors", "Unable to locate credentials"),
+    errors.CodeObjectError(("os.system",), "config.hook", complete=False, path="m.pt"),
     errors.LoadFailedError(
         ApplyResult(applied=["a.w"], missing=[("b.w", "Net.Linear")], source="m.bpk"),
         "missing",
