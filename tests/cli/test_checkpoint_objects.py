@@ -155,3 +155,18 @@ def test_a_pickle_that_would_run_a_command_fails_every_command(tmp_path: Path) -
     assert allowed.returncode == 0, allowed.stderr
     assert "1 tensor" in allowed.stdout
     assert not marker.exists()
+
+
+def test_paths_and_namespaces_in_a_training_scripts_arguments_pass(tmp_path: Path) -> None:
+    # Training scripts keep their output directory as a pathlib path and some keep their
+    # arguments in a SimpleNamespace: data, which torch.load rebuilds without running code.
+    import types
+
+    path = tmp_path / "ckpt.pt"
+    args = types.SimpleNamespace(output_dir=Path("/runs/a"), lr=0.1)
+    torch.save({"model": Net().state_dict(), "args": args}, path)
+    done = run_cli("inspect", path)
+    assert done.returncode == 0, done.stderr
+    assert "suspicious" not in done.stderr and "runs code" not in done.stderr
+    done = run_cli("convert", path, tmp_path / "out.safetensors", "--top-level-key", "model")
+    assert done.returncode == 0, done.stderr

@@ -34,6 +34,13 @@ from weightstore.pytorch_reader._policy import CODE_RUNNING_GLOBALS
         ("torch.hub", "load", True, False),
         ("torch.jit._serialization", "load", True, False),
         ("numpy", "load", True, False),
+        ("pathlib", "Path.unlink", True, False),  # a method through a data class
+        ("types", "FunctionType", True, False),
+        ("torch.distributed.rpc", "rpc_sync", True, False),
+        # data classes of modules otherwise listed: a training script's paths and namespaces
+        ("pathlib", "PosixPath", False, True),
+        ("types", "SimpleNamespace", False, True),
+        ("torch.distributed.tensor", "DTensor", False, False),  # torch.load allows it
         # a user's classes and other libraries' classes: inert data, listed
         ("__main__", "Net", False, True),
         ("torchvision.models", "resnet", False, True),  # not torch itself

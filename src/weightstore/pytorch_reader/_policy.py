@@ -33,6 +33,7 @@ from weightstore.pytorch_reader._objects import GlobalRef, InertObject
 __all__ = [
     "CODE_RUNNING_GLOBALS",
     "DATA_MODULE_ROOTS",
+    "INERT_CLASSES",
     "MAX_SCAN_DEPTH",
     "MAX_SCAN_NODES",
     "FoundGlobal",
@@ -64,12 +65,21 @@ CODE_RUNNING_GLOBALS: Final = (
     "operator.attrgetter", "operator.methodcaller",
     # torch and NumPy entry points that load files or run code themselves
     "torch.load", "torch.serialization", "torch.hub", "torch.jit", "torch.package",
-    "torch.utils.cpp_extension", "torch._C", "torch.ops", "torch.distributed",
+    "torch.utils.cpp_extension", "torch._C", "torch.ops", "torch.distributed.rpc",
+    "torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run",
     "numpy.load", "numpy.f2py", "numpy.distutils", "numpy.ctypeslib", "numpy.testing",
 )
 # fmt: on
 """Globals (``module.name``) and modules (every global under them) that would run code when
 ``torch.load`` imports and calls them."""
+
+INERT_CLASSES: Final = frozenset({
+    "pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePath",
+    "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "types.SimpleNamespace",
+})  # fmt: skip
+"""Classes inside modules `CODE_RUNNING_GLOBALS` lists that only hold data: a training
+script's arguments keep paths (``output_dir=PosixPath(...)``) and namespaces. Exactly these
+names: ``pathlib.Path.unlink``, a method reached through the class, still runs code."""
 
 MAX_SCAN_NODES: Final = 2_000_000
 """Values the scan visits before it stops and says so: a 405B model's state dict, optimizer
@@ -120,8 +130,11 @@ class Scan(ValueRecord):
 
 
 def runs_code(module: str, name: str) -> bool:
-    """Whether ``module.name`` is one of `CODE_RUNNING_GLOBALS` (or lies in a module listed)."""
+    """Whether ``module.name`` is one of `CODE_RUNNING_GLOBALS` (or lies in a module listed),
+    and not one of the data classes `INERT_CLASSES` names."""
     qualname = f"{module}.{name}"
+    if qualname in INERT_CLASSES:
+        return False
     return any(
         qualname.startswith(entry + ".") or qualname == entry for entry in CODE_RUNNING_GLOBALS
     )
