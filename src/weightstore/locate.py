@@ -267,7 +267,7 @@ def _locate(
         from weightstore.sets._discover import is_index_name
 
         if is_dcp_checkpoint(path):
-            return _dcp_location(path, known), None
+            return _dcp_location(path, known, keep), None
         if is_dir or is_index_name(path):
             found = _set_location(path, storage_options, variant, known)
             if found is not None or is_dir:
@@ -309,7 +309,9 @@ def _sniffed(head: bytes, size: int) -> ContainerFormat | None:
     return next((fmt for fmt in FORMATS if fmt.sniff(head, size)), None)
 
 
-def _dcp_location(path: str, known: ContainerFormat | None) -> Location:
+def _dcp_location(path: str, known: ContainerFormat | None, keep: bool = False) -> Location:
+    """A DCP checkpoint's location; without `known`, its index tells the rank files' format,
+    and with `keep` (an open follows) the parsed index is handed to that open."""
     from weightstore.dcp._names import DCP_INDEX_NAME
 
     index = path if not os.path.isdir(path) else os.path.join(path, DCP_INDEX_NAME)
@@ -317,7 +319,7 @@ def _dcp_location(path: str, known: ContainerFormat | None) -> Location:
         from weightstore.dcp._index import read_dcp_index
         from weightstore.dcp._reader import container_format
 
-        known = container_format(read_dcp_index(path))
+        known = container_format(read_dcp_index(path, hand_over=keep))
     return Location(path, Kind.DCP, known, False, index)
 
 

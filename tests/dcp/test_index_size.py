@@ -215,3 +215,46 @@ def test_nesting_past_the_limit_is_refused_with_its_depth() -> None:
     assert decode_json(data, "i.json", 21) is not None
     with pytest.raises(SetError, match="nests 21 levels deep, over the limit of 20"):
         decode_json(data, "i.json", 20)
+
+
+def test_opening_a_checkpoint_parses_its_index_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # locate parses the index to learn the rank files' format; the open that follows took a
+    # second parse (20 s more for a 405B checkpoint's index) until the first was handed over.
+    from tests.dcp.test_reader import write_checkpoint
+    from weightstore import Store, open_reader
+    from weightstore.dcp import _index
+
+    directory = write_checkpoint(tmp_path / "ckpt")
+    parses: list[str] = []
+    real = _index.parse_dcp_index
+
+    def counting(data: bytes, path: str) -> _index.DcpIndex:
+        parses.append(path)
+        return real(data, path)
+
+    monkeypatch.setattr(_index, "parse_dcp_index", counting)
+    with open_reader(directory) as reader:
+        assert reader.names()
+    assert len(parses) == 1
+    with Store.from_file(directory) as store:
+        assert store.keys()
+    assert len(parses) == 2
+    assert not _index._HANDED_OVER  # nothing is kept once taken
+
+
+def test_a_handed_over_index_is_not_taken_for_a_changed_file(tmp_path: Path) -> None:
+    from tests.dcp.test_reader import write_checkpoint
+    from weightstore.dcp import _index
+
+    directory = write_checkpoint(tmp_path / "ckpt")
+    first = _index.read_dcp_index(directory, hand_over=True)
+    index = directory / _index.DCP_INDEX_NAME
+    index.write_bytes(index.read_bytes() + b" ")  # same content, another size
+    second = _index.read_dcp_index(directory)
+    assert second is not first and second.tensors.keys() == first.tensors.keys()
+    held = _index.read_dcp_index(directory, hand_over=True)
+    with pytest.raises(LimitExceeded):  # the limit holds for a handed-over index too
+        _index.read_dcp_index(directory, max_index_size=10)
+    assert not _index._HANDED_OVER and held is not None

@@ -237,9 +237,15 @@ def dcp_index_path(path: str | os.PathLike[str]) -> str:
 
 
 def read_dcp_index(
-    path: str | os.PathLike[str], *, max_index_size: int = MAX_DCP_INDEX_SIZE
+    path: str | os.PathLike[str],
+    *,
+    max_index_size: int = MAX_DCP_INDEX_SIZE,
+    hand_over: bool = False,
 ) -> DcpIndex:
     """Read and check the index of the checkpoint at `path` (a directory or the index).
+
+    `hand_over`: keep the result for the next read of the same unchanged file (the open that
+    follows `weightstore.locate`), which then skips the parse; the size limit is still checked.
 
     Raises:
         LimitExceeded: the index is over `max_index_size` bytes (`MAX_DCP_INDEX_SIZE` unless
@@ -249,13 +255,28 @@ def read_dcp_index(
     """
     filename = dcp_index_path(path)
     with open_readable(filename) as file:
-        size = os.fstat(file.fileno()).st_size
-        if size > max_index_size:
-            raise LimitExceeded("index size", size, max_index_size, path=filename)
+        stat = os.fstat(file.fileno())
+        identity = (filename, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        handed = _HANDED_OVER.pop(identity, None)
+        _HANDED_OVER.clear()
+        if stat.st_size > max_index_size:
+            raise LimitExceeded("index size", stat.st_size, max_index_size, path=filename)
+        if handed is not None:
+            return handed
         data = file.read(max_index_size + 1)
     if len(data) > max_index_size:
         raise LimitExceeded("index size", len(data), max_index_size, path=filename)
-    return parse_dcp_index(data, filename)
+    index = parse_dcp_index(data, filename)
+    if hand_over:
+        _HANDED_OVER[identity] = index
+    return index
+
+
+_HANDED_OVER: dict[tuple[str, int, int, int, int], DcpIndex] = {}
+"""At most one parsed index, kept by a read with ``hand_over`` for the next read of the same
+file (same name, inode, size and modification time): `weightstore.locate` parses an index to
+learn its rank files' format, and the open that follows takes the result instead of parsing
+again (a 405B checkpoint's index takes 20 s). Any next read empties it, so nothing stays."""
 
 
 def parse_dcp_index(data: bytes, path: str) -> DcpIndex:
