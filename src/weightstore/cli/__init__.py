@@ -4,12 +4,13 @@
     weightstore convert SRC DST       any readable format into a writable one, streaming
     weightstore diff A B              tensors only in one file, changed dtype/shape or values
     weightstore verify PATH...        full validation, every tensor byte read
+    weightstore hash FILE...          SHA-256 lines in sha256sum format; --check reads them
     weightstore demo                  inspect and round-trip the bundled example
 
-Each subcommand lives in its own module (`_inspect`, `_convert`, `_diff`, `_verify`) with an
-``add_parser`` and a ``run``; exit codes and the error line are `_errors`'s. No input makes the
-command line print a traceback: an unexpected exception is one "internal error" line, exit 3,
-and ``--debug`` prints the trace (`weightstore.cli._errors`).
+Each subcommand lives in its own module (`_inspect`, `_convert`, `_diff`, `_verify`, `_hash`)
+with an ``add_parser`` and a ``run``; exit codes and the error line are `_errors`'s. No input
+makes the command line print a traceback: an unexpected exception is one "internal error"
+line, exit 3, and ``--debug`` prints the trace (`weightstore.cli._errors`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ _COMMANDS: Final[dict[str, str | AddParser]] = {
     "convert": "weightstore.cli._convert",
     "diff": "weightstore.cli._diff",
     "verify": "weightstore.cli._verify",
+    "hash": "weightstore.cli._hash",
     "demo": _add_demo,
 }
 

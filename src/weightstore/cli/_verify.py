@@ -11,6 +11,11 @@ A PyTorch checkpoint whose pickle names globals that would run code
 nothing, but ``torch.load`` would. A user's own classes (a whole-module save) are inert data:
 noted, warned about, and passed.
 
+A Hugging Face cache snapshot (or a file in one) has each LFS blob's bytes checked against
+the SHA-256 its name is (`weightstore.cli._hub`); ``--manifest FILE`` checks a directory's
+files against ``sha256sum`` lines (`weightstore.cli._hash`); ``--values`` scans every tensor
+for NaN and Inf, and warns of all-zero and constant ones (`weightstore.cli._values`).
+
 Output: one line per file (``ok`` or ``FAILED``), each problem indented below it. Exit 0 when
 every file passes, else 2 (with a one-line error on stderr per failed file).
 """
@@ -44,6 +49,7 @@ from weightstore.container._format import TensorReader
 from weightstore.errors import DTypeError, SetWarning, WeightstoreError
 
 if TYPE_CHECKING:
+    from weightstore.cli._values import ValueTally
     from weightstore.sets import SetReader
 
 __all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
@@ -72,6 +78,7 @@ class Verdict:
     scan: Scan | None = None
     objects_allowed: bool = False
     notes: list[str] = field(default_factory=list)  # a set: files its directory holds, left out
+    warnings: list[str] = field(default_factory=list)  # no failure, but worth a warning line
 
     @property
     def failed(self) -> bool:
@@ -94,6 +101,16 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="PyTorch: accept pickles that name globals that would run code (os.system, ...)",
     )
+    parser.add_argument(
+        "--values",
+        action="store_true",
+        help="scan every tensor for NaN and Inf (fails) and all-zero or constant ones (warns)",
+    )
+    parser.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="check the directory's files against FILE's '<sha256>  <path>' lines",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
 
@@ -107,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         warning = class_warning(verdict.scan)
         if warning is not None:
             print_warning(f"{path}: {warning}")
+        for line in verdict.warnings:
+            print_warning(f"{path}: {line}")
         if verdict.failed:
             count = plural(len(verdict.problems) + _flag_count(verdict), "problem")
             print_error(f"{path}: verification failed ({count})")
@@ -118,7 +137,29 @@ def verify_file(path: str, args: argparse.Namespace) -> Verdict:
     """Open `path`, validating its structure, and read every tensor."""
     with warnings.catch_warnings():  # a set's left-out files are notes of the verdict
         warnings.simplefilter("ignore", SetWarning)
-        return _verify(path, args)
+        verdict = _verify(path, args)
+    _check_digests(verdict, args)
+    return verdict
+
+
+def _check_digests(verdict: Verdict, args: argparse.Namespace) -> None:
+    """A Hub cache snapshot's blobs against their names, and ``--manifest``'s lines."""
+    from weightstore.io import is_url
+
+    if is_url(verdict.path):
+        if getattr(args, "manifest", None) is not None:
+            verdict.problems.append("--manifest checks a local directory, not a URL")
+        return
+    from weightstore.cli._hub import check_blobs
+
+    blobs = check_blobs(verdict.path, quiet=args.quiet)
+    if blobs is not None:
+        verdict.problems += blobs.problems
+        verdict.notes += blobs.notes()
+    if getattr(args, "manifest", None) is not None:
+        from weightstore.cli._manifest import check_directory
+
+        check_directory(verdict, args.manifest, quiet=args.quiet)
 
 
 def _verify(path: str, args: argparse.Namespace) -> Verdict:
@@ -133,7 +174,7 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         return verdict
     verdict.format = fmt.name
     with reader:
-        _read_all(reader, verdict, args.quiet)
+        _read_all(reader, verdict, args.quiet, _tally(args))
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
             verdict.scan = _whole_file_scan(reader, path, args)
@@ -201,7 +242,18 @@ def _whole_file_scan(reader: Any, path: str, args: argparse.Namespace) -> Scan:
     return scan_globals(reader.load_object())
 
 
-def _read_all(reader: TensorReader, verdict: Verdict, quiet: bool) -> None:
+def _tally(args: argparse.Namespace) -> ValueTally | None:
+    """With ``--values``, the tally its scan fills; else None (bytes are only touched)."""
+    if not getattr(args, "values", False):
+        return None
+    from weightstore.cli._values import ValueTally
+
+    return ValueTally()
+
+
+def _read_all(
+    reader: TensorReader, verdict: Verdict, quiet: bool, values: ValueTally | None = None
+) -> None:
     names = reader.names_in_file_order()
     plan = getattr(reader, "plan_reads", None)
     if plan is not None:  # a URL's reader then fetches them in large, concurrent batches
@@ -211,12 +263,51 @@ def _read_all(reader: TensorReader, verdict: Verdict, quiet: bool) -> None:
         for name in names:
             try:
                 with about(verdict.path):
-                    nbytes = _touch(_read(reader, name), progress.advance)
+                    data = _read(reader, name)
+                    if values is None:
+                        nbytes = _touch(data, progress.advance)
+                    else:
+                        nbytes = _judge(reader, name, data, progress.advance, verdict, values)
             except Exception as err:
                 verdict.problems.append(_problem(err, verdict.path, name))
                 continue
             verdict.tensors += 1
             verdict.nbytes += nbytes
+    if values is not None:
+        verdict.notes.append(values.note())
+
+
+def _judge(
+    reader: TensorReader,
+    name: str,
+    data: np.ndarray[Any, Any] | memoryview,
+    advance: Any,
+    verdict: Verdict,
+    tally: ValueTally,
+) -> int:
+    """Read `data` scanning its values (``--values``): NaN or Inf fails the tensor, all-zero
+    or constant warns; the bytes read."""
+    from weightstore.cli._values import scan_values
+
+    counts = None
+    if isinstance(data, np.ndarray):
+        counts = scan_values(data, _dtype(reader, name), advance)
+    tally.add(counts)
+    if counts is None:  # a dtype that is not judged: read like any other
+        return _touch(data, advance)
+    if counts.broken:
+        verdict.problems.append(f"tensor {name!r}: {counts.problem()}")
+    warning = counts.warning()
+    if warning is not None:
+        verdict.warnings.append(f"tensor {name!r}: {warning}")
+    return int(data.nbytes)
+
+
+def _dtype(reader: TensorReader, name: str) -> Any:
+    try:
+        return reader.descriptor(name).dtype
+    except WeightstoreError:  # the array's own dtype decides
+        return None
 
 
 def _nbytes(reader: TensorReader, name: str) -> int:
