@@ -50,13 +50,14 @@ def _run_with_terminal_stderr(*args: object) -> tuple[int, str, str]:
     return process.returncode, stdout.decode(), received.decode(errors="replace")
 
 
-@pytest.mark.parametrize("command", ["convert", "verify", "diff"])
+@pytest.mark.parametrize("command", ["convert", "verify", "diff", "hash"])
 def test_a_terminal_gets_a_bar(tmp_path: Path, command: str) -> None:
     src = write_weights("burnpack", tmp_path / "a.bpk", torch_layout_arrays())
     args = {
         "convert": [src, tmp_path / "b.safetensors"],
         "verify": [src],
         "diff": [src, src],
+        "hash": [src],
     }[command]
     code, stdout, terminal = _run_with_terminal_stderr(command, *args)
     assert code == 0, terminal
