@@ -17,7 +17,6 @@ from typing import Final
 
 from weightstore.cli._hash import Unreadable, sha256_of
 from weightstore.cli._text import plural
-from weightstore.sets._index import _HUB_REPO_KINDS
 
 __all__ = ["BlobReport", "check_blobs", "snapshot_of"]
 
@@ -58,6 +57,10 @@ def snapshot_of(path: str) -> tuple[str, str] | None:
     """(the snapshot directory, the repository's ``blobs`` directory) when the local `path`
     is a Hub cache snapshot (``<kind>--.../snapshots/<rev>``) or lies inside one, else None."""
     parts = os.path.abspath(path).split(os.sep)
+    if "snapshots" not in parts:  # most paths: the set modules stay unloaded for one file
+        return None
+    from weightstore.sets._index import _HUB_REPO_KINDS
+
     for position in range(len(parts) - 2, 0, -1):  # the nearest "<repo>/snapshots/<revision>"
         if parts[position] == "snapshots" and parts[position - 1].startswith(_HUB_REPO_KINDS):
             repo = os.sep.join(parts[:position]) or os.sep
