@@ -7,6 +7,7 @@ The cache is built by hand as huggingface_hub lays it out: ``blobs/<sha256>`` fo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -125,3 +126,23 @@ def test_a_directory_outside_a_cache_gets_no_blob_check(
     write_weights("safetensors", folder / "model.safetensors", torch_layout_arrays())
     code, out, _ = _run(capsys, "verify", folder)
     assert code == 0 and not any("Hub cache" in line for line in out)
+
+
+def test_a_set_index_of_a_snapshot_has_its_shards_blobs_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = _hub_snapshot(tmp_path, shards=2)
+    index = snapshot / "model.safetensors.index.json"
+    names = sorted(torch_layout_arrays())
+    weight_map = {
+        name: f"model-{position % 2 + 1:05d}-of-00002.safetensors"
+        for position, name in enumerate(names)
+    }
+    data = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
+    git_sha1 = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    os.symlink(f"../../blobs/{_blob(snapshot.parents[1], data, git_sha1)}", index)
+    _damage((snapshot / "model-00001-of-00002.safetensors").resolve())
+    code, out, _ = _run(capsys, "verify", index)
+    assert code == 2
+    damaged = [line for line in out if "the blob is damaged" in line]
+    assert len(damaged) == 1 and damaged[0].startswith("  model-00001-of-00002.safetensors: ")

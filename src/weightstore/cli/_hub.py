@@ -72,7 +72,10 @@ def snapshot_of(path: str) -> tuple[str, str] | None:
 
 
 def _files_under(path: str) -> list[str]:
-    """`path` itself when it is no directory, else every file below it, sorted."""
+    """`path` itself when it is a file, else every file below it (the index's directory for a
+    set's index: the set is its shards), sorted."""
+    if not os.path.isdir(path) and path.endswith("index.json"):
+        path = os.path.dirname(path) or os.curdir
     if not os.path.isdir(path):
         return [path]
     found = []
