@@ -73,11 +73,11 @@ def test_hash_names_every_file_it_cannot_read(
 ) -> None:
     good = tmp_path / "a.bin"
     good.write_bytes(b"abc")
-    code, out, err = _run(capsys, "hash", good, tmp_path / "gone.bin", tmp_path)
+    code, out, err = _run(capsys, "hash", good, tmp_path / "gone.bin", tmp_path, "s3://b/k")
     assert code == 2
     assert out == [f"{_sha(good)}  {good}"]
     assert len(_errors(err)) == 1 and err == _errors(err)
-    assert "2 of 3 files not hashed" in err[0]
+    assert "3 of 4 files not hashed" in err[0] and "s3://b/k (a URL" in err[0]
     assert "gone.bin (missing)" in err[0] and f"{tmp_path} (a directory)" in err[0]
 
 

@@ -26,6 +26,7 @@ from weightstore.cli._errors import EXIT_BAD_INPUT, EXIT_OK, print_error, print_
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
+from weightstore.io import is_url
 from weightstore.io._local import REGULAR, kind_at
 
 __all__ = [
@@ -92,6 +93,8 @@ def sha256_of(path: str, *, quiet: bool = True, label: str | None = None) -> str
     Raises:
         Unreadable: not a regular file (a FIFO would block the read forever) or unreadable.
     """
+    if is_url(path):
+        raise Unreadable("a URL; hash reads local files")
     try:
         kind = kind_at(path)
         if kind != REGULAR:
