@@ -10,7 +10,7 @@ lies in DIR, is not counted as unlisted.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from weightstore.cli._hash import (
     Unreadable,
@@ -21,8 +21,15 @@ from weightstore.cli._hash import (
 from weightstore.cli._text import plural
 from weightstore.errors import InvalidOptionError
 
-if TYPE_CHECKING:
-    from weightstore.cli._verify import Verdict
+
+class Verdict(Protocol):
+    """What `check_directory` adds its findings to (`weightstore.cli._verify.Verdict`, which
+    imports this module: a Protocol keeps the two out of a cycle)."""
+
+    path: str
+    problems: list[str]
+    notes: list[str]
+    warnings: list[str]
 
 __all__ = ["check_directory", "unlisted_files"]
 

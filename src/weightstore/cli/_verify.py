@@ -40,16 +40,18 @@ from weightstore.cli._errors import (
     print_error,
     print_warning,
 )
+from weightstore.cli._hub import check_blobs
 from weightstore.cli._keys import class_warning, place
+from weightstore.cli._manifest import check_directory
 from weightstore.cli._objects import Scan, scan_globals
 from weightstore.cli._open import open_file, storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
+from weightstore.cli._values import ValueTally, scan_values
 from weightstore.container._format import TensorReader
 from weightstore.errors import DTypeError, SetWarning, WeightstoreError
 
 if TYPE_CHECKING:
-    from weightstore.cli._values import ValueTally
     from weightstore.sets import SetReader
 
 __all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
@@ -150,14 +152,12 @@ def _check_digests(verdict: Verdict, args: argparse.Namespace) -> None:
         if getattr(args, "manifest", None) is not None:
             verdict.problems.append("--manifest checks a local directory, not a URL")
         return
-    from weightstore.cli._hub import check_blobs
 
     blobs = check_blobs(verdict.path, quiet=args.quiet)
     if blobs is not None:
         verdict.problems += blobs.problems
         verdict.notes += blobs.notes()
     if getattr(args, "manifest", None) is not None:
-        from weightstore.cli._manifest import check_directory
 
         check_directory(verdict, args.manifest, quiet=args.quiet)
 
@@ -246,7 +246,6 @@ def _tally(args: argparse.Namespace) -> ValueTally | None:
     """With ``--values``, the tally its scan fills; else None (bytes are only touched)."""
     if not getattr(args, "values", False):
         return None
-    from weightstore.cli._values import ValueTally
 
     return ValueTally()
 
@@ -287,7 +286,6 @@ def _judge(
 ) -> int:
     """Read `data` scanning its values (``--values``): NaN or Inf fails the tensor, all-zero
     or constant warns; the bytes read."""
-    from weightstore.cli._values import scan_values
 
     counts = None
     if isinstance(data, np.ndarray):
