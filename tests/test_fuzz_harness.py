@@ -229,6 +229,7 @@ LIMIT_MODULES = (
     "weightstore.dcp._index",
     "weightstore.dcp._tiling",
     "weightstore.dcp._values",
+    "weightstore.cli._hash",
     "weightstore.adapters._known_models",
 )
 
