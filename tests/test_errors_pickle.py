@@ -25,6 +25,8 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.InvalidOptionError("bad regex", option="filter", format="burnpack"),
     errors.SetError("shard missing", path="idx.json", tensor="w", shard="model-1.safetensors"),
     errors.SetMismatchError("other save", path="idx.json", shard="s.safetensors"),
+    errors.DigestError("unknown algorithm", path="m.safetensors", algorithm="md4"),
+    errors.DigestMismatchError("sha256", "ab" * 32, "cd" * 32, path="m.bpk", tensor="fc.w"),
     errors.DescriptorError("offsets overlap", path="x.bpk", tensor="b"),
     errors.UnsupportedFormatError("not a burnpack file", path="x.pt", found="pytorch"),
     errors.TensorNotFoundError("fc.weight", path="m.bpk", known=3),

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import CredentialsMissingError as CredentialsMissingError
     from weightstore.errors import DescriptorError as DescriptorError
     from weightstore.errors import DestinationExistsError as DestinationExistsError
+    from weightstore.errors import DigestError as DigestError
+    from weightstore.errors import DigestMismatchError as DigestMismatchError
     from weightstore.errors import DTypeError as DTypeError
     from weightstore.errors import EntryError as EntryError
     from weightstore.errors import FileMissingError as FileMissingError
@@ -109,7 +111,7 @@ _EXPORTS: dict[str, str] = {
         (
             "ArchiveError", "CodeObjectError", "CredentialsMissingError", "DTypeError",
             "DescriptorError",
-            "DestinationExistsError",
+            "DestinationExistsError", "DigestError", "DigestMismatchError",
             "EntryError", "FileMissingError", "FormatError", "HeaderError", "InvalidOptionError",
             "KeyNotFoundError", "LimitExceeded", "LoadFailedError", "MetadataError",
             "MissingStorageError", "ModuleTypeNeededError", "NotAFileError",

@@ -35,6 +35,8 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── NotAFileError (OSError)             a FIFO, socket, device or symlink loop, not a file
     ├── SliceError (IndexError)             a slice index out of range or of a kind not supported
     ├── SnapshotLoadError (RuntimeError)    a snapshot's source failed or gave the wrong shape
+    ├── DigestError (ValueError)            a digest that cannot be checked (algorithm, JSON)
+    │   └── DigestMismatchError             a tensor's or file's bytes differ from its digest
     └── LoadFailedError (ValueError)        a load broke one of its rules; `result` is the report
 
     SetWarning (UserWarning)                a set's load leaves out files that look like its own
@@ -64,6 +66,8 @@ __all__ = [
     "DTypeError",
     "DescriptorError",
     "DestinationExistsError",
+    "DigestError",
+    "DigestMismatchError",
     "EntryError",
     "FileMissingError",
     "FormatError",
@@ -623,6 +627,62 @@ class SetMismatchError(SetError):
 
 class SnapshotLoadError(WeightstoreError, RuntimeError):
     """A snapshot's data could not be produced (its source failed or returned the wrong thing)."""
+
+
+def _hex_shown(digest: str) -> str:
+    """A digest as written: plain when it is hex of a digest's length, else quoted and
+    bounded (the file chose it)."""
+    if 0 < len(digest) <= 128 and all(c in "0123456789abcdefABCDEF" for c in digest):
+        return digest
+    return bounded_repr(digest, limit=80)
+
+
+class DigestError(WeightstoreError, ValueError):
+    """A digest the file carries cannot be checked: an algorithm unknown or not installed, or
+    a ``weightstore.digests`` value that is not the JSON docs/integrity.md describes.
+
+    Attributes:
+        algorithm: the algorithm named, where one is.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        path: str | None = None,
+        tensor: str | None = None,
+        algorithm: str | None = None,
+    ) -> None:
+        super().__init__(detail, path=path, tensor=tensor)
+        self.algorithm = algorithm
+
+
+class DigestMismatchError(DigestError):
+    """A tensor's (or a shard file's) bytes hash to another digest than the file records: the
+    bytes changed after the save. Raised before the tensor reaches the caller or the model.
+
+    Attributes:
+        expected: the hex digest recorded.
+        found: the hex digest of the bytes read.
+    """
+
+    def __init__(
+        self,
+        algorithm: str,
+        expected: str,
+        found: str,
+        *,
+        path: str | None = None,
+        tensor: str | None = None,
+    ) -> None:
+        self.expected, self.found = expected, found
+        super().__init__(
+            f"{algorithm} digest mismatch: expected {_hex_shown(expected)}, found "
+            f"{_hex_shown(found)}; the bytes changed after the save",
+            path=path,
+            tensor=tensor,
+            algorithm=algorithm,
+        )
 
 
 class SetWarning(UserWarning):

@@ -164,9 +164,7 @@ def test_get_returns_the_values_as_numpy(case: tuple[Any, Made, Path]) -> None:
 @pytest.mark.parametrize(
     "key", [np.s_[1:], np.s_[:, ::2], np.s_[::-1, 1], np.s_[1, 2], np.s_[...], np.s_[0]]
 )
-def test_get_slice_indexes_as_numpy_does(
-    case: tuple[Any, Made, Path], key: Any
-) -> None:
+def test_get_slice_indexes_as_numpy_does(case: tuple[Any, Made, Path], key: Any) -> None:
     reader, _, _ = case
     for name in ("a", "c"):
         expected = TENSORS[name][key]

@@ -229,7 +229,8 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             TensorNotFoundError: no tensor of that name.
             DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
         """
-        return TensorSlice(self._source, self.data_start, self.descriptor(name))
+        descriptor = self.descriptor(name)
+        return TensorSlice(self._source, self.data_start, descriptor, self._whole_checker(name))
 
 
 def _parse_string_map(value: object, path: str | None) -> dict[str, str]:

@@ -9,13 +9,14 @@ and releasing the file are the same and live here once. The shape check holds Nu
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
 from weightstore.dtypes import DType
 from weightstore.errors import DescriptorError, DTypeError, LimitExceeded, TensorNotFoundError
+from weightstore.io._digest import DigestCheck
 from weightstore.io._source import ByteSource, MemorySource, MmapSource
 
 if TYPE_CHECKING:
@@ -139,6 +140,10 @@ DescriptorT = TypeVar("DescriptorT", bound=_Descriptor)
 ReaderT = TypeVar("ReaderT", bound="ContainerReader")  # type: ignore[type-arg]
 
 
+_FILE_CHUNK: Final = 16 * 2**20  # bytes hashed per read of a whole file (`file_digest`)
+_UNREAD: Final = object()  # `ContainerReader._digests` before the metadata was looked at
+
+
 class ContainerReader(Generic[DescriptorT]):
     """Base of the container readers; subclasses set these attributes when opening."""
 
@@ -148,6 +153,9 @@ class ContainerReader(Generic[DescriptorT]):
     descriptors: Mapping[str, DescriptorT]
     _spans: dict[str, Span]  # the descriptors' spans, in the same order
     _metadata: dict[str, str]
+    # Digests the file carries (docs/integrity.md): parsed on the first read, None when the
+    # file has none or checking is off (`check_digests(False)`); `_UNREAD` until then.
+    _digests: DigestCheck | object | None = _UNREAD
 
     def __init__(self, source: ByteSource, **limits: int) -> None:
         raise NotImplementedError  # each format parses its own header
@@ -185,6 +193,63 @@ class ContainerReader(Generic[DescriptorT]):
     def metadata(self) -> dict[str, str]:
         """The file's user metadata (string pairs); a copy, so changing it changes nothing."""
         return dict(self._metadata)
+
+    def check_digests(self, enabled: bool = True) -> None:
+        """Turn checking the file's digests as tensors are read on (the default) or off."""
+        self._digests = _UNREAD if enabled else None
+
+    def digest_check(self) -> DigestCheck | None:
+        """The file's digests and what was checked, or None (no digests, or checking off).
+
+        Raises:
+            DigestError: a ``weightstore.digests`` value that is not the documented JSON.
+        """
+        check = self._digests
+        if check is _UNREAD:
+            check = self._digests = DigestCheck.of(self._metadata, self.path)
+        return cast("DigestCheck | None", check)
+
+    def verify_digests(self, names: Iterable[str] | None = None) -> list[str]:
+        """Check the bytes of `names` (every tensor by default) against their digests, each
+        once per open reader; the names that carry no digest, sorted (all when checking is off
+        or the file has none).
+
+        Raises:
+            DigestMismatchError: the first tensor whose bytes differ.
+        """
+        wanted = self.names() if names is None else list(names)
+        check = self.digest_check()
+        if check is None:
+            return sorted(wanted)
+        for name in wanted:
+            if check.wants(name):
+                self._check_bytes(check, name)
+        return check.missing(wanted)
+
+    def file_digest(self, algorithm: str) -> str:
+        """The digest of the whole file's bytes (a set's shard digests), read in chunks."""
+        from weightstore.io._digest import new_hasher
+
+        hasher = new_hasher(algorithm)
+        source, position = self._source, 0
+        while position < source.size:
+            size = min(_FILE_CHUNK, source.size - position)
+            hasher.update(source.read(position, size, "file data"))
+            position += size
+        return hasher.hexdigest()
+
+    def _check_bytes(self, check: DigestCheck, name: str) -> None:
+        """Hash tensor `name`'s stored bytes (a view where the source maps them)."""
+        _, _, start, end = self._spans[name]
+        data = self._source.read(self.data_start + start, end - start, "tensor data", name)
+        check.check(name, data)
+
+    def _whole_checker(self, name: str) -> Callable[[], None] | None:
+        """What a slice of `name` calls before its first read: the whole tensor checked once."""
+        check = self.digest_check()
+        if check is None or not check.wants(name):
+            return None
+        return lambda: self._check_bytes(check, name) if check.wants(name) else None
 
     def names(self) -> list[str]:
         """Tensor names, sorted."""
@@ -251,12 +316,19 @@ class ContainerReader(Generic[DescriptorT]):
             span = self._spans[name]
         _, shape, start, end = span
         source = self._source
+        check = self._digests
+        if check is not None:  # digests: checked before the array is handed out
+            check = self.digest_check()
         if type(source) in _VIEWING_SOURCES:  # not isinstance: a Protocol check costs 1.5 us
+            if check is not None and check.wants(name):
+                self._check_bytes(check, name)
             array = cast(MemorySource, source).array(
                 self.data_start + start, end - start, numpy_dtype, shape, name
             )
         else:
             data = source.read(self.data_start + start, end - start, "tensor data", name)
+            if check is not None and check.wants(name):
+                check.check(name, data)
             array = np.frombuffer(data, numpy_dtype).reshape(shape)
         if array.flags.aligned:
             return array
@@ -274,9 +346,14 @@ class ContainerReader(Generic[DescriptorT]):
         plan([(start + spans[n][2], spans[n][3] - spans[n][2]) for n in names if n in spans])
 
     def get_bytes(self, name: str) -> memoryview:
-        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread."""
+        """The raw bytes of one tensor: a view for mmap and memory sources, a copy for pread;
+        checked against the tensor's digest, where it has one, before they are returned."""
         start, end = self.descriptor(name).data_offsets
-        return self._source.read(self.data_start + start, end - start, "tensor data", name)
+        data = self._source.read(self.data_start + start, end - start, "tensor data", name)
+        check = self.digest_check()
+        if check is not None:
+            check.check(name, data)
+        return data
 
     def close(self) -> None:
         """Release the file; arrays already handed out stay valid."""

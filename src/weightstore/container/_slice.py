@@ -21,6 +21,7 @@ here, and a property test holds it.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from weightstore.base._lazy import import_on_first_use
@@ -256,7 +257,11 @@ class TensorSlice:
     """
 
     def __init__(
-        self, source: ByteSource, data_start: int, descriptor: SliceableDescriptor
+        self,
+        source: ByteSource,
+        data_start: int,
+        descriptor: SliceableDescriptor,
+        before_read: Callable[[], None] | None = None,
     ) -> None:
         numpy_dtype = descriptor.dtype.numpy
         if numpy_dtype is None:
@@ -270,6 +275,9 @@ class TensorSlice:
         self._start = data_start + descriptor.data_offsets[0]
         self._numpy_dtype: np.dtype[Any] = numpy_dtype
         self.descriptor = descriptor
+        # Run before the first read: a tensor with a digest has its whole bytes checked once
+        # (docs/integrity.md), since a part cannot be checked against the whole's digest.
+        self._before_read = before_read
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -299,6 +307,9 @@ class TensorSlice:
                 str(err), path=self._source.name, tensor=self.descriptor.name
             ) from None
         plan = plan_reads(selection, self.shape, self._numpy_dtype.itemsize)
+        if self._before_read is not None:
+            self._before_read()
+            self._before_read = None
         return self._read(plan)
 
     def _read(self, plan: ReadPlan) -> np.ndarray[Any, Any]:

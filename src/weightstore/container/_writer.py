@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from weightstore.errors import EntryError
 from weightstore.io._atomic import write_all, write_atomic
+
+if TYPE_CHECKING:
+    from weightstore.io._digest import Hasher
 
 __all__ = ["ContainerWriter"]
 
@@ -29,9 +32,12 @@ class ContainerWriter(ABC):
     def _pieces(self) -> Iterator[bytes | memoryview]:
         """The file's bytes in order, each tensor's produced only when the caller gets to it."""
 
-    def write_to(self, file: BinaryIO) -> None:
-        """Stream the file to an open binary file, one tensor at a time."""
+    def write_to(self, file: BinaryIO, hasher: Hasher | None = None) -> None:
+        """Stream the file to an open binary file, one tensor at a time; `hasher`, when
+        given, is fed every byte written (a set's shard digests, docs/integrity.md)."""
         for piece in self._pieces():
+            if hasher is not None:
+                hasher.update(piece)
             write_all(file, memoryview(piece))
             del piece  # drop the producer's buffer before asking for the next
 

@@ -157,7 +157,8 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
             TensorNotFoundError: no tensor of that name.
             DTypeError: the dtype has no NumPy form, so its elements cannot be addressed.
         """
-        return TensorSlice(self._source, self.data_start, self.descriptor(name))
+        descriptor = self.descriptor(name)
+        return TensorSlice(self._source, self.data_start, descriptor, self._whole_checker(name))
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._record import Record
 from weightstore.errors import (
+    DigestMismatchError,
     SetError,
     SetMismatchError,
     SetWarning,
@@ -321,6 +322,7 @@ class SetReader:
         self._readers: dict[str, TensorReader] = {}  # shard path -> its reader, once opened
         self._present: dict[str, set[str]] = {}  # shard path -> selected tensors it holds
         self._planned: dict[str, list[str]] = {}  # shard path -> tensors a load will read
+        self._digests_on = True  # shards check their tensor digests as they are read
 
     def plan_reads(self, names: Iterable[str]) -> None:
         """Announce that `names` will be read whole: each shard's reader is told its own when
@@ -340,7 +342,9 @@ class SetReader:
     def restricted(self, names: Iterable[str]) -> SetReader:
         """A reader over `names` alone (names the index does not list are dropped): it never
         opens a shard that holds none of them. A new reader; this one stays as it is."""
-        return SetReader(self._files, names)
+        reader = SetReader(self._files, names)
+        reader._digests_on = self._digests_on
+        return reader
 
     def listed_names(self) -> list[str]:
         """The names the index lists for this reader (restriction applied), sorted; opens no
@@ -447,6 +451,46 @@ class SetReader:
         shards = [self._shard(shard).metadata() for shard in opened]
         return {**agreed_metadata(shards), **self._files.metadata}
 
+    def check_digests(self, enabled: bool = True) -> None:
+        """Turn checking each shard's tensor digests as tensors are read on or off."""
+        self._digests_on = enabled
+        for reader in self._readers.values():
+            _set_checking(reader, enabled)
+
+    def verify_digests(
+        self, names: Iterable[str] | None = None, *, files: bool = False
+    ) -> list[str]:
+        """Check the tensors' bytes against the digests their shards carry (every tensor, or
+        `names`); with `files`, each shard file's bytes against the index's file digests too.
+        The names that carry no digest, sorted (docs/integrity.md).
+
+        Raises:
+            DigestMismatchError: the first tensor or shard whose bytes differ.
+            DigestError: an index digest value that is not the documented JSON.
+        """
+        wanted = None if names is None else set(names)
+        missing: list[str] = []
+        table = None
+        if files and self._digests_on:
+            from weightstore.io._digest import DigestCheck
+
+            check = DigestCheck.of(self._files.metadata, self.path)
+            table = None if check is None else check.table
+        for shard in self.shards:
+            held = self._held(shard)
+            chosen = sorted(held if wanted is None else held & wanted)
+            reader = self._readers[shard]
+            verify = getattr(reader, "verify_digests", None)
+            missing.extend(chosen if verify is None else verify(chosen))
+            if table is None or not hasattr(reader, "file_digest"):
+                continue
+            expected = table.files.get(os.path.basename(shard))
+            if expected is not None:
+                found = reader.file_digest(table.algorithm)
+                if found != expected.lower():
+                    raise DigestMismatchError(table.algorithm, expected, found, path=shard)
+        return sorted(missing)
+
     def close(self) -> None:
         """Close every shard opened; arrays already handed out stay valid."""
         readers, self._readers = self._readers, {}
@@ -507,6 +551,8 @@ class SetReader:
                 reader.close()
                 raise
             self._readers[shard] = reader
+            if not self._digests_on:
+                _set_checking(reader, False)
             if shard in self._planned:
                 _plan_shard(reader, self._planned[shard])
         return reader
@@ -554,6 +600,13 @@ def _plan_shard(reader: TensorReader, names: list[str]) -> None:
     plan = getattr(reader, "plan_reads", None)
     if plan is not None:
         plan(names)
+
+
+def _set_checking(reader: TensorReader, enabled: bool) -> None:
+    """Digest checking on or off for a shard's reader (a format without digests has none)."""
+    switch = getattr(reader, "check_digests", None)
+    if switch is not None:
+        switch(enabled)
 
 
 def _open_shard(

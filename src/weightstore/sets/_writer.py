@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat
     from weightstore.container._writer import ContainerWriter
     from weightstore.entry import TensorEntry
+    from weightstore.io._digest import Hasher
 
 __all__ = [
     "DEFAULT_MAX_SHARD_SIZE",
@@ -344,6 +345,8 @@ def write_set(
     durable: bool,
     variant: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    digests: str | None = None,
+    index_tensor_digests: bool = False,
 ) -> str:
     """Save `entries` as a set in `directory`, in one process: plan, write each shard, commit.
 
@@ -361,6 +364,9 @@ def write_set(
         durable: fsync shards, index and directory (`weightstore.io._atomic`).
         variant: a variant such as ``"fp16"``.
         storage_options: for a URL, passed to its filesystem (``{"endpoint_url": ...}``).
+        digests: an algorithm (docs/integrity.md): every shard carries its tensors' digests,
+            and the index every shard file's, under ``weightstore.digests``.
+        index_tensor_digests: with `digests`, the index lists every tensor's digest too.
 
     Returns:
         The index path, or the single file's when everything fits in one shard.
@@ -391,16 +397,25 @@ def write_set(
     )
     writers = [_shard_writer(plan, shard, fmt, metadata) for shard in shards]
     written: list[str] = []
+    signed = _SetDigests(digests) if digests is not None else None
     try:
         for number, writer in enumerate(writers, 1):
-            _write_planned(plan, number, writer, durable, options)
+            if signed is None:
+                _write_planned(plan, number, writer, durable, options)
+            else:
+                signed.write_shard(
+                    plan, number, shards[number - 1], fmt, metadata, durable, options
+                )
             written.append(plan.shard_names[number - 1])
         weight_map = {e.name: plan.shard_names[n] for n, shard in enumerate(shards) for e in shard}
         total_size = sum(entry.nbytes for entry in given)
+        index_metadata = metadata
+        if signed is not None and not plan.single:  # in the index before its commit
+            index_metadata = {**metadata, **signed.index_pairs(index_tensor_digests)}
         return commit_set(
             plan,
             weight_map,
-            metadata,
+            index_metadata,
             total_size=total_size,
             durable=durable,
             storage_options=options,
@@ -530,17 +545,55 @@ def _shard_writer(
     return writer
 
 
+class _SetDigests:
+    """A digest save's record of a set: each shard written with its tensors' digests in its
+    metadata and hashed whole as its bytes go out; then the index's pairs."""
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+        self.files: dict[str, str] = {}
+        self.tensors: dict[str, str] = {}
+
+    def write_shard(
+        self,
+        plan: SetPlan,
+        number: int,
+        entries: Sequence[TensorEntry],
+        fmt: ContainerFormat,
+        metadata: Mapping[str, str],
+        durable: bool,
+        storage_options: Mapping[str, Any] | None,
+    ) -> None:
+        from weightstore.io._digest import METADATA_KEY, encode_digests, new_hasher, tensor_digests
+
+        digests = tensor_digests(self.algorithm, entries)
+        self.tensors.update(digests)
+        pairs = {**metadata, METADATA_KEY: encode_digests(self.algorithm, digests)}
+        writer = _shard_writer(plan, entries, fmt, pairs)
+        hasher = new_hasher(self.algorithm)
+        _write_planned(plan, number, writer, durable, storage_options, hasher)
+        self.files[plan.shard_names[number - 1]] = hasher.hexdigest()
+
+    def index_pairs(self, with_tensors: bool) -> dict[str, str]:
+        from weightstore.io._digest import METADATA_KEY, encode_digests
+
+        tensors = dict(sorted(self.tensors.items())) if with_tensors else None
+        return {METADATA_KEY: encode_digests(self.algorithm, tensors, self.files)}
+
+
 def _write_planned(
     plan: SetPlan,
     number: int,
     writer: ContainerWriter,
     durable: bool,
     storage_options: Mapping[str, Any] | None,
+    hasher: Hasher | None = None,
 ) -> None:
     # Shards never replace a file (their names are fresh); the single file replaces the old one.
+    write = writer.write_to if hasher is None else functools.partial(writer.write_to, hasher=hasher)
     write_atomic(
         plan.shard_path(number),
-        writer.write_to,
+        write,
         overwrite=plan.single,
         durable=durable,
         storage_options=storage_options,

@@ -25,7 +25,7 @@ from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import detect_format_of_bytes
 from weightstore.io import is_url
-from weightstore.stores._load import apply_snapshots
+from weightstore.stores._load import apply_snapshots, verify_before_load
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
 from weightstore.stores._sets import read_set_report, restricted_for_load
@@ -379,6 +379,33 @@ class Store:
         _deprecated("max_shard_size", "with_max_shard_size")
         return self.with_max_shard_size(size)
 
+    def with_digests(
+        self: StoreT, algorithm: str | None = None, *, index_tensors: bool = False
+    ) -> StoreT:
+        """Make saves write a digest of each tensor's bytes into the file's metadata
+        (``weightstore.digests``, docs/integrity.md), which loads and `get` then check as they
+        read. `algorithm`: ``xxh3_128`` (the default when the `xxhash` package is installed,
+        else ``sha256``), ``blake3``, ``sha256`` (the Hub's LFS oids) or ``blake2b``. A set's
+        index lists every shard file's digest, and every tensor's with `index_tensors`.
+
+        Raises:
+            InvalidOptionError: an unknown algorithm, or one whose package is missing.
+        """
+        from weightstore.errors import DigestError
+        from weightstore.io._digest import default_algorithm, new_hasher
+
+        chosen = default_algorithm() if algorithm is None else algorithm
+        try:
+            new_hasher(chosen)
+        except DigestError as err:
+            raise InvalidOptionError(err.detail, option="digests") from None
+        return self._with(digests=chosen, index_tensor_digests=index_tensors)
+
+    def verify_digests(self: StoreT, verify: bool = True) -> StoreT:
+        """Check the digests a file carries as its tensors are read (the default); off,
+        loads and `get` read without hashing (docs/integrity.md)."""
+        return self._with(verify_digests=verify)
+
     def with_variant(self: StoreT, name: str | None) -> StoreT:
         """Read and write a sharded set's variant, as transformers' ``variant=`` names it:
         ``model.fp16-00001-of-00002.safetensors`` and ``model.safetensors.index.fp16.json``
@@ -589,10 +616,15 @@ class Store:
                 tensors missing from the source (unless ``allow_partial()``); and, whatever
                 the options, a load that writes nothing into a model that has tensors. Its
                 message names the fix (a key remapping when the names differ by a prefix).
+            DigestMismatchError: a tensor's bytes differ from the digest the file carries
+                (checked for every tensor before any is written; `verify_digests(False)`
+                skips it); the model is unchanged.
         """
         restricted = self._restricted_set_snapshots()
         if restricted is None:
-            return self._apply_snapshots(model, list(self.get_all_snapshots().values()), device)
+            snapshots = list(self.get_all_snapshots().values())
+            verify_before_load(self._open())
+            return self._apply_snapshots(model, snapshots, device)
         snapshots, dropped = restricted
         return self._apply_snapshots(model, snapshots, device, unused=dropped)
 
@@ -615,6 +647,7 @@ class Store:
         reader, dropped = restriction
         with collector_paused():
             snapshots = list(self._remapped_by_name(reader_snapshots(reader)).values())
+        verify_before_load(reader)
         return snapshots, dropped
 
     def _apply_snapshots(

@@ -23,7 +23,23 @@ if TYPE_CHECKING:
     from weightstore.snapshot import TensorSnapshot
     from weightstore.transfer._apply import IndexMapper
 
-__all__ = ["apply_snapshots", "checked_top_level_key"]
+__all__ = ["apply_snapshots", "checked_top_level_key", "verify_before_load"]
+
+
+def verify_before_load(reader: Any) -> None:
+    """Check every digest `reader`'s file carries before a load writes anything, so a
+    mismatch leaves the model unchanged (docs/integrity.md); the load's own reads then skip
+    the tensors checked here. Nothing for a reader without digests or with checking off.
+
+    Raises:
+        DigestMismatchError: the first tensor whose bytes differ.
+    """
+    check = getattr(reader, "digest_check", None)
+    if check is not None and check() is None:  # a file without digests: no pass at all
+        return
+    verify = getattr(reader, "verify_digests", None)
+    if verify is not None:
+        verify()
 
 
 def checked_top_level_key(

@@ -48,6 +48,9 @@ class StoreOptions(ValueRecord):
     max_shard_size: int | None = None  # bytes per shard; set: saves write a sharded set
     variant: str | None = None  # a set's variant ("fp16"): model.fp16-00001-of-00002.safetensors
     allow_objects: bool = False  # PyTorch: read a pickle naming globals that would run code
+    digests: str | None = None  # saves write digests of this algorithm (docs/integrity.md)
+    index_tensor_digests: bool = False  # a set's index lists every tensor's digest too
+    verify_digests: bool = True  # reads check the digests a file carries
 
     def __init__(
         self,
@@ -69,12 +72,16 @@ class StoreOptions(ValueRecord):
         max_shard_size: int | None = None,
         variant: str | None = None,
         allow_objects: bool = False,
+        digests: str | None = None,
+        index_tensor_digests: bool = False,
+        verify_digests: bool = True,
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
             {} if metadata is None else metadata, skip_enum_variants,
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
-            dedupe_tied, durable, max_shard_size, variant, allow_objects,
+            dedupe_tied, durable, max_shard_size, variant, allow_objects, digests,
+            index_tensor_digests, verify_digests,
         )  # fmt: skip
 
     @property

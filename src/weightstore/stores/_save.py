@@ -15,6 +15,7 @@ from weightstore.base import __version__
 from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.io import is_url
+from weightstore.io._digest import METADATA_KEY as DIGESTS_KEY
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._source import Output, file_path
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from weightstore.snapshot import TensorSnapshot
 
 __all__ = ["default_metadata", "marked_defaults", "save_metadata", "write_snapshots"]
+
 
 def default_metadata(format_name: str) -> dict[str, str]:
     """The metadata every save carries unless cleared: the format, producer and version."""
@@ -51,7 +53,8 @@ def save_metadata(
     source's framework where the format reads ``format`` so
     (`ContainerFormat.carries_framework_metadata`: transformers refuses a SafeTensors file whose
     ``format`` is not pt, tf, flax or mlx). Values become plain strings."""
-    pairs = {key: str(value) for key, value in metadata.items()}
+    # Digests describe the bytes of the file they came with; a save computes its own.
+    pairs = {key: str(value) for key, value in metadata.items() if key != DIGESTS_KEY}
     default = isinstance(metadata.get("format"), _DefaultFormat)
     if default and framework is not None and fmt.carries_framework_metadata:
         pairs["format"] = framework
@@ -99,6 +102,11 @@ def write_snapshots(
             "with_max_shard_size",
             option="variant",
         )
+    if options.digests is not None:  # a first pass over the data: the header comes first
+        from weightstore.io._digest import encode_digests, tensor_digests
+
+        digests = tensor_digests(options.digests, entries)
+        metadata[DIGESTS_KEY] = encode_digests(options.digests, digests)
     writer = fmt.writer(entries, metadata)
     if path is not None:
         # The store has already applied the extension rule (or auto_extension(False)).
@@ -167,4 +175,6 @@ def _write_set(
         durable=options.durable,
         variant=options.variant,
         storage_options=storage_options,
+        digests=options.digests,
+        index_tensor_digests=options.index_tensor_digests,
     )

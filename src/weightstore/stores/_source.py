@@ -40,7 +40,9 @@ __all__ = [
     "refuse_foreign",
 ]
 
-READER_OPTIONS: Final = frozenset({"top_level_key", "variant", "auto_extension", "allow_objects"})
+READER_OPTIONS: Final = frozenset(
+    {"top_level_key", "variant", "auto_extension", "allow_objects", "verify_digests"}
+)
 """Store options that change which bytes the reader reads: a copy changing one reads anew."""
 
 STORE_NAMES: dict[str, str] = {}
@@ -133,6 +135,24 @@ def open_store_reader(
         UnsupportedFormatError: the bytes are another format's (named), or a JSON file.
         InvalidOptionError: a memory-backed store nothing was saved into.
     """
+    reader = _open_source(fmt, options, path, static, output, storage_options, location, probe)
+    if not options.verify_digests:
+        switch = getattr(reader, "check_digests", None)
+        if switch is not None:
+            switch(False)
+    return reader
+
+
+def _open_source(
+    fmt: ContainerFormat,
+    options: StoreOptions,
+    path: str | None,
+    static: Any,
+    output: Output,
+    storage_options: Mapping[str, Any] | None,
+    location: Location | None,
+    probe: ByteSource | None,
+) -> Any:
     if path is not None:
         return _open_path(fmt, options, path, storage_options, location, probe)
     if static is not None:
