@@ -137,6 +137,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variant", metavar="NAME", help="a set's variant (model.NAME-00001-of-00002...)"
     )
+    parser.add_argument(
+        "--digests",
+        metavar="ALG",
+        nargs="?",
+        const="",
+        help="write each tensor's digest into DST's metadata (docs/integrity.md); ALG: "
+        "xxh3_128 (default with the integrity extra, else sha256), blake3, sha256, blake2b",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -384,6 +392,9 @@ def _destination(
     if args.variant is not None:
         with about("--variant"):
             store = store.with_variant(args.variant)
+    if args.digests is not None:
+        with about("--digests"):
+            store = store.with_digests(args.digests or None)
     with about("--filter"):
         store = store.with_regexes(args.filter or ())
     with about("--remap"):

@@ -31,6 +31,7 @@ class Verdict(Protocol):
     notes: list[str]
     warnings: list[str]
 
+
 __all__ = ["check_directory", "unlisted_files"]
 
 _NAMES_SHOWN: Final = 5  # unlisted files named in the warning, then "and N more"

@@ -16,6 +16,10 @@ the SHA-256 its name is (`weightstore.cli._hub`); ``--manifest FILE`` checks a d
 files against ``sha256sum`` lines (`weightstore.cli._hash`); ``--values`` scans every tensor
 for NaN and Inf, and warns of all-zero and constant ones (`weightstore.cli._values`).
 
+Digests a file carries (docs/integrity.md) are checked as each tensor is read, and a set's
+shard files against the index's file digests; the report notes how many tensors were checked
+and names those that carry none. A file without digests reads as before, with no note.
+
 Output: one line per file (``ok`` or ``FAILED``), each problem indented below it. Exit 0 when
 every file passes, else 2 (with a one-line error on stderr per failed file).
 """
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["TOUCH_CHUNK_SIZE", "Verdict", "add_parser", "run", "verify_file"]
 
 TOUCH_CHUNK_SIZE: Final = 16 * 2**20  # bytes checksummed at once, so progress moves smoothly
+UNDIGESTED_LISTED: Final = 20  # tensors named as carrying no digest; the rest are counted
 
 
 @dataclass(slots=True)
@@ -158,7 +163,6 @@ def _check_digests(verdict: Verdict, args: argparse.Namespace) -> None:
         verdict.problems += blobs.problems
         verdict.notes += blobs.notes()
     if getattr(args, "manifest", None) is not None:
-
         check_directory(verdict, args.manifest, quiet=args.quiet)
 
 
@@ -174,7 +178,8 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         return verdict
     verdict.format = fmt.name
     with reader:
-        _read_all(reader, verdict, args.quiet, _tally(args))
+        failed = _read_all(reader, verdict, args.quiet, _tally(args))
+        _check_carried_digests(reader, verdict, failed)
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
             verdict.scan = _whole_file_scan(reader, path, args)
@@ -250,9 +255,39 @@ def _tally(args: argparse.Namespace) -> ValueTally | None:
     return ValueTally()
 
 
+def _check_carried_digests(reader: TensorReader, verdict: Verdict, failed: set[str]) -> None:
+    """The digests the file carries (docs/integrity.md), each tensor's checked as it was
+    read and a set's shard files' here; a note of how many were checked and one per tensor
+    that carries none. A file without any digest gets no note."""
+    verify = getattr(reader, "verify_digests", None)
+    if verify is None:  # a format that carries no digests (PyTorch, DCP)
+        return
+    names = [name for name in reader.names() if name not in failed]
+    try:
+        with about(verdict.path):
+            missing = verify(names, files=True) if _is_set_reader(reader) else verify(names)
+    except Exception as err:  # a shard file whose bytes differ from the index's digest
+        verdict.problems.append(_problem(err, verdict.path))
+        return
+    checked = len(names) - len(missing)
+    if checked == 0 and not any(_digest_failure(problem) for problem in verdict.problems):
+        return
+    verdict.notes.append(f"digests checked: {plural(checked, 'tensor')}")
+    shown = missing[:UNDIGESTED_LISTED]
+    verdict.notes += [f"tensor {name!r} carries no digest" for name in shown]
+    if len(missing) > len(shown):
+        verdict.notes.append(f"and {plural(len(missing) - len(shown), 'more tensor')} without")
+
+
+def _digest_failure(problem: str) -> bool:
+    return "digest mismatch" in problem
+
+
 def _read_all(
     reader: TensorReader, verdict: Verdict, quiet: bool, values: ValueTally | None = None
-) -> None:
+) -> set[str]:
+    """Read every tensor into `verdict`; the names that failed."""
+    failed: set[str] = set()
     names = reader.names_in_file_order()
     plan = getattr(reader, "plan_reads", None)
     if plan is not None:  # a URL's reader then fetches them in large, concurrent batches
@@ -269,11 +304,13 @@ def _read_all(
                         nbytes = _judge(reader, name, data, progress.advance, verdict, values)
             except Exception as err:
                 verdict.problems.append(_problem(err, verdict.path, name))
+                failed.add(name)
                 continue
             verdict.tensors += 1
             verdict.nbytes += nbytes
     if values is not None:
         verdict.notes.append(values.note())
+    return failed
 
 
 def _judge(
