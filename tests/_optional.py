@@ -24,6 +24,8 @@ EXTRA_OF = {
     "aiohttp": "remote",
     "jax": "jax",
     "flax": "jax",
+    "xxhash": "integrity",
+    "blake3": "integrity",
 }  # the top-level package -> the extra of pyproject.toml that installs it
 
 
