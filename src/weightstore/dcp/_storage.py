@@ -85,6 +85,7 @@ from weightstore.dtypes import DType, from_torch
 from weightstore.entry import TensorEntry
 from weightstore.errors import DTypeError, EntryError, InvalidOptionError, SetError
 from weightstore.io import is_url
+from weightstore.io._digest import METADATA_KEY as DIGESTS_KEY
 from weightstore.sets._index import SET_ID_KEY
 
 if TYPE_CHECKING:
@@ -114,10 +115,12 @@ class _RankPlan(ValueRecord):
 
 
 class _StoredChunk(ValueRecord):
-    """Where a rank put one chunk (a `WriteResult`'s storage data)."""
+    """Where a rank put one chunk (a `WriteResult`'s storage data), and its bytes' digest when
+    the save writes digests."""
 
     file: str
     name: str
+    digest: str | None = None
 
 
 class _StoredValue(ValueRecord):
@@ -152,8 +155,18 @@ class _DcpStorageWriter(StorageWriter):
         durable: bool = True,
         allow_opaque_values: bool = False,
         metadata: Mapping[str, str] | None = None,
+        digests: str | None = None,
     ) -> None:
         super().__init__()
+        if digests is not None:
+            from weightstore.errors import DigestError
+            from weightstore.io._digest import new_hasher
+
+            try:
+                new_hasher(digests)
+            except DigestError as err:
+                raise InvalidOptionError(err.detail, option="digests") from None
+        self.digests = digests
         self.path = os.fspath(path)
         self.overwrite = overwrite
         self.durable = durable
@@ -259,13 +272,16 @@ class _DcpStorageWriter(StorageWriter):
         }
         tensors, values = _checkpoint_contents(metadata, stored)
         paths, planner_data = _planner_fields(metadata.planner_data)
+        pairs = self.metadata
+        if self.digests is not None:  # every chunk's digest, in the order the index lists them
+            pairs = {**pairs, DIGESTS_KEY: _chunk_digests(self.digests, metadata, stored)}
         data = dcp_index_bytes(
             self._set_id,
             tensors,
             values,
             paths=paths,
             planner_data=planner_data,
-            metadata=self.metadata,
+            metadata=pairs,
             container=self.FORMAT_NAME,
             dcp_version=metadata.version or CURRENT_DCP_VERSION,
         )
@@ -317,9 +333,16 @@ class _DcpStorageWriter(StorageWriter):
             for item, name in zip(items, names, strict=True)
         }
         pairs = {**self.metadata, SET_ID_KEY: rank_plan.set_id, CHUNKS_KEY: json.dumps(chunks)}
+        pairs.pop(DIGESTS_KEY, None)  # a rank file's digests are its own, or none
         assert fmt.writer is not None  # both containers are writable
+        digests: dict[str, str] = {}
         try:
             entries = [_entry(item, name, planner) for item, name in zip(items, names, strict=True)]
+            if self.digests is not None:  # a first pass: the metadata precedes the data
+                from weightstore.io._digest import encode_digests, tensor_digests
+
+                digests = tensor_digests(self.digests, entries)
+                pairs[DIGESTS_KEY] = encode_digests(self.digests, digests)
             writer = fmt.writer(entries, pairs)
         except DTypeError as err:
             hint = _DTYPE_HINTS.get(self.FORMAT_NAME, "")
@@ -330,7 +353,7 @@ class _DcpStorageWriter(StorageWriter):
             WriteResult(
                 index=item.index,
                 size_in_bytes=entry.nbytes,
-                storage_data=_StoredChunk(rank_plan.file, entry.name),
+                storage_data=_StoredChunk(rank_plan.file, entry.name, digests.get(entry.name)),
             )
             for item, entry in zip(items, entries, strict=True)
         ]
@@ -407,6 +430,25 @@ def _checkpoint_contents(
                 raise EntryError("no rank wrote a value the plan lists", tensor=fqn)
             values[fqn] = saved.value
     return tensors, values
+
+
+def _chunk_digests(
+    algorithm: str, metadata: Metadata, stored: Mapping[tuple[str, tuple[int, ...]], object]
+) -> str:
+    """The index's ``weightstore.digests`` value: per tensor, its chunks' digests in the order
+    the index lists the chunks (docs/integrity.md)."""
+    from weightstore.io._digest import encode_digests
+
+    chunks: dict[str, list[str | None]] = {}
+    for fqn, entry in metadata.state_dict_metadata.items():
+        if isinstance(entry, TensorStorageMetadata):
+            chunks[fqn] = [
+                getattr(stored.get((fqn, tuple(chunk.offsets))), "digest", None)
+                for chunk in entry.chunks
+            ]
+    value = json.loads(encode_digests(algorithm))
+    value["chunks"] = chunks
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _planner_fields(
@@ -641,6 +683,9 @@ class BurnpackStorageWriter(_DcpStorageWriter):
             ``torch.save`` bytes, marked opaque (loading it then needs the same opt-in),
             instead of refusing it.
         metadata: string pairs for the index and every rank file.
+        digests: an algorithm (``"sha256"``, ``"xxh3_128"``, docs/integrity.md): every rank
+            file carries its chunks' digests, which loads check as they read, and the index
+            every chunk's (``weightstore.digests``: tensor -> digests in chunk order).
 
     Example:
         >>> dcp.save(state, storage_writer=BurnpackStorageWriter("ckpt"))  # doctest: +SKIP
