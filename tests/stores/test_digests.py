@@ -204,8 +204,10 @@ def test_a_digest_naming_an_unknown_algorithm_fails_typed(tmp_path: Path) -> Non
     path = tmp_path / "odd.safetensors"
     value = json.dumps({"algorithm": "md4", "tensors": {"w": "00"}})
     SafetensorsWriter(entries, {METADATA_KEY: value}).save(path)
-    with open_reader(path) as reader, pytest.raises(DigestError, match="md4"):
+    with open_reader(path) as reader, pytest.raises(DigestError, match="md4") as caught:
         reader.get("w")
+    assert (caught.value.path, caught.value.tensor) == (str(path), "w")
+    assert "verify_digests(False)" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def new_hasher(algorithm: str) -> Hasher:
         package = _PACKAGE[algorithm]
         raise DigestError(
             f"digest algorithm {algorithm} needs the {package} package: "
-            "pip install 'weightstore[integrity]' (or turn checking off: verify_digests(False))",
+            "pip install 'weightstore[integrity]'",
             algorithm=algorithm,
         ) from None
 
@@ -203,7 +203,15 @@ class DigestCheck:
         expected = self.table.tensors.get(name)
         if expected is None or name in self.checked:
             return
-        found = digest_of(self.table.algorithm, data)
+        try:
+            found = digest_of(self.table.algorithm, data)
+        except DigestError as err:  # named by the file: say which, and how to read it anyway
+            raise DigestError(
+                f"{err.detail}; or read without checking: verify_digests(False)",
+                path=self._path,
+                tensor=name,
+                algorithm=self.table.algorithm,
+            ) from None
         if found != expected.lower():
             raise DigestMismatchError(
                 self.table.algorithm, expected, found, path=self._path, tensor=name
