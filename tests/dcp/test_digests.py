@@ -81,3 +81,20 @@ def test_a_changed_chunk_byte_fails_the_load(tmp_path: Path) -> None:
 def test_an_unknown_algorithm_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="md5"):
         BurnpackStorageWriter(tmp_path, digests="md5")
+
+
+def test_verify_fails_a_changed_chunk_byte(tmp_path: Path) -> None:
+    from tests.cli._support import assert_error, run_cli
+
+    index = _save(tmp_path)
+    assert run_cli("verify", tmp_path).returncode == 0
+    (file,) = {c["file"] for t in index["tensors"].values() for c in t["chunks"]}
+    path = tmp_path / file
+    with open_reader(path) as reader:
+        offset = reader.data_start + reader.descriptor("fc.weight").data_offsets[0]
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    done = run_cli("verify", tmp_path)
+    assert_error(done, 2, "verification failed (1 problem)")
+    assert "tensor 'fc.weight'" in done.stdout and "sha256 digest mismatch" in done.stdout
