@@ -85,7 +85,8 @@ def new_hasher(algorithm: str) -> Hasher:
         package = _PACKAGE[algorithm]
         raise DigestError(
             f"digest algorithm {algorithm} needs the {package} package: "
-            "pip install 'weightstore[integrity]'",
+            "pip install 'weightstore[integrity]' (or load with .verify_digests(False) "
+            "to skip the check)",
             algorithm=algorithm,
         ) from None
 
