@@ -17,6 +17,8 @@ resembles, so callers can catch ours or keep their old handlers::
     │   └── SetError                        a sharded set's index or shards break the set's rules
     │       └── SetMismatchError            a shard belongs to another save than the index
     ├── UnsupportedFormatError (ValueError) a file that is not a format we read
+    │   ├── NotWeightsError                 bytes that are no weights at all (an HTML page, ...)
+    │   │   └── LfsPointerError             a git-lfs pointer where the file should be
     │   ├── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
     │   └── CodeObjectError                 a pickle naming globals that torch.load would run
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
@@ -74,12 +76,14 @@ __all__ = [
     "HeaderError",
     "InvalidOptionError",
     "KeyNotFoundError",
+    "LfsPointerError",
     "LimitExceeded",
     "LoadFailedError",
     "MetadataError",
     "MissingStorageError",
     "ModuleTypeNeededError",
     "NotAFileError",
+    "NotWeightsError",
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
@@ -231,6 +235,56 @@ class UnsupportedFormatError(WeightstoreError, ValueError):
     ) -> None:
         self.found = found
         super().__init__(detail, path=path, tensor=tensor)
+
+
+class NotWeightsError(UnsupportedFormatError):
+    """A file whose bytes are no weights of any format: empty, an HTML page or a JSON error
+    body saved by a failed download, a text file, another tool's format (ONNX, HDF5, NumPy,
+    GGUF, TFLite, a zip of something else). Told from the first bytes before any reader
+    parses them, so no format's own complaint (a 2 EB header) misleads
+    (`weightstore.base._cause`).
+
+    Attributes:
+        cause: what the bytes are, as a short key: ``"empty"``, ``"lfs-pointer"``,
+            ``"html"``, ``"xml"``, ``"json-error"``, ``"text"``, ``"onnx"``, ``"hdf5"``,
+            ``"npy"``, ``"npz"``, ``"gguf"``, ``"ggml"``, ``"tflite"``, ``"zip"``, and the
+            compressions (``"gzip"``, ...).
+    """
+
+    def __init__(self, detail: str, cause: str, *, path: str | None = None) -> None:
+        self.cause = cause
+        super().__init__(detail, path=path, found=cause)
+
+
+class LfsPointerError(NotWeightsError):
+    """A git-lfs pointer file where the weights should be: the repository was cloned without
+    ``git lfs`` (or with ``GIT_LFS_SKIP_SMUDGE``), so the file holds the pointer's three lines.
+
+    Attributes:
+        oid: the pointer's ``sha256:<hex>`` object id; None when the line is missing or bad.
+        size: the size of the real file, in bytes; None when the line is missing or bad.
+        others: in a set, the other shards that are pointers too (every one is named).
+    """
+
+    def __init__(
+        self,
+        oid: str | None,
+        size: int | None,
+        *,
+        path: str | None = None,
+        others: tuple[str, ...] = (),
+    ) -> None:
+        self.oid, self.size, self.others = oid, size, others
+        facts = [f"oid {oid[:19]}..." if oid is not None and len(oid) > 19 else f"oid {oid}"]
+        facts = facts if oid is not None else []
+        facts += [f"{bounded_int(size)} bytes"] if size is not None else []
+        shown = f" ({', '.join(facts)})" if facts else ""
+        detail = f"is a git-lfs pointer{shown}, not the file"
+        if others:
+            names = ", ".join(os.path.basename(other) for other in others[:10])
+            more = f" and {len(others) - 10:,} more" if len(others) > 10 else ""
+            detail += f"; so are {names}{more}"
+        super().__init__(f"{detail}; run `git lfs pull`", "lfs-pointer", path=path)
 
 
 class DTypeError(WeightstoreError, TypeError):
