@@ -198,7 +198,16 @@ class LimitExceeded(FormatError):
 
 
 class TruncatedError(FormatError, EOFError):
-    """The file ends before the bytes its header or descriptors promise."""
+    """The file ends before the bytes its header or descriptors promise: most often a partial
+    download or copy. The message says how many bytes are missing, and names the unfinished
+    download lying beside the file when there is one (`unfinished_download`).
+
+    Attributes:
+        what: the part that is cut. expected, found: the bytes it needs, and those there.
+        at_least: `expected` is a lower bound (a zip cut before its directory says more).
+        incomplete: the unfinished download of the file (a Hugging Face ``*.incomplete``
+            file), when one lies beside it; None otherwise.
+    """
 
     def __init__(
         self,
@@ -208,14 +217,49 @@ class TruncatedError(FormatError, EOFError):
         *,
         path: str | None = None,
         tensor: str | None = None,
+        at_least: bool = False,
     ) -> None:
-        self.what, self.expected, self.found = what, expected, found
-        super().__init__(
-            f"{what} needs {bounded_int(expected)} bytes but only {bounded_int(found)} are there; "
-            "the file is truncated",
-            path=path,
-            tensor=tensor,
+        self.what, self.expected, self.found, self.at_least = what, expected, found, at_least
+        self.incomplete = unfinished_download(path)
+        bound = "at least " if at_least else ""
+        missing = bounded_int(max(0, expected - found))
+        detail = (
+            f"{what} needs {bound}{bounded_int(expected)} bytes but only {bounded_int(found)} "
+            f"are there ({bound}{missing} missing); the file is truncated"
         )
+        if self.incomplete is not None:
+            detail += (
+                f"; {os.path.basename(self.incomplete)} beside it is an unfinished download: "
+                "let it finish, or download the file again"
+            )
+        super().__init__(detail, path=path, tensor=tensor)
+
+
+_HF_LOCAL_DIR_DOWNLOADS: Final = os.path.join(".cache", "huggingface", "download")
+
+
+def unfinished_download(path: str | None) -> str | None:
+    """The unfinished download of the local file `path`, when one lies beside it: Hugging
+    Face's ``<name>.incomplete`` in the same folder, ``<blob>.incomplete`` in a cache's
+    ``blobs/`` for a snapshot's symlink, or ``.cache/huggingface/download/<name>.*.incomplete``
+    under a ``local_dir`` download. None for a URL, in-memory data, or nothing there."""
+    if not path or "://" in path:
+        return None
+    try:
+        candidates = [f"{path}.incomplete"]
+        if os.path.islink(path):
+            candidates.append(f"{os.path.realpath(path)}.incomplete")
+        folder, name = os.path.split(path)
+        downloads = os.path.join(folder, _HF_LOCAL_DIR_DOWNLOADS)
+        if os.path.isdir(downloads):
+            candidates += sorted(
+                os.path.join(downloads, entry)
+                for entry in os.listdir(downloads)
+                if entry.startswith(f"{name}.") and entry.endswith(".incomplete")
+            )
+        return next((c for c in candidates if os.path.isfile(c)), None)
+    except (OSError, ValueError):  # an unencodable or over-long name: no sibling to name
+        return None
 
 
 class UnsupportedFormatError(WeightstoreError, ValueError):

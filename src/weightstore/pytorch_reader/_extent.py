@@ -5,20 +5,24 @@ record in the file's last bytes and take the archive it closes, shifted to where
 before that start (other archives: a ``torch.distributed.checkpoint`` rank file ``__0_0.distcp``
 holds one ``torch.save`` archive per item, back to back) and bytes after its end are never read,
 so a file holding six archives reads as one. `zip_extent` says what is there, for ``verify``
-to refuse and ``inspect`` to warn about.
+to refuse and ``inspect`` to warn about. A zip cut short (a partial download) has no end record
+at all; `cut_archive` walks its entries from the start to say where it is cut.
 """
 
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import zipfile
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from weightstore.errors import TruncatedError
+from weightstore.io._source import MmapSource
 from weightstore.pytorch_reader._layout import MAX_ARCHIVES_COUNTED, ZIP_MAGIC
 
-__all__ = ["ZipExtent", "zip_extent"]
+__all__ = ["ZipExtent", "cut_archive", "zip_extent"]
 
 _END_RECORD = b"PK\x05\x06"
 _END_RECORD_SIZE = 22
@@ -167,3 +171,89 @@ class _Window(io.RawIOBase):
         buffer[: len(data)] = data
         self._position += len(data)
         return len(data)
+
+
+_LOCAL_HEADER_SIZE = 30
+_DESCRIPTOR = b"PK\x07\x08"
+_DESCRIPTOR_SIZE = 16  # signature, CRC, and 4-byte sizes; 24 with zip64's 8-byte ones
+_CENTRAL_HEADER_SIZE = 46
+_DATA_DESCRIPTOR_FLAG = 0x08
+_ZIP64_EXTRA = 0x0001
+_U32_MAX = 0xFFFFFFFF
+
+
+def cut_archive(source: MmapSource, max_entries: int) -> TruncatedError | None:
+    """The error for a zip that ends inside an entry (a partial download), found by walking
+    its local headers from the start; None when no entry runs past the end (the damage is
+    another). Walks at most `max_entries` entries (the reader's storage limit).
+
+    torch writes every entry with a data descriptor after its bytes (sizes 0 in the local
+    header), so an entry's end is the descriptor whose size field matches its distance from
+    the entry's start: a match by chance inside tensor bytes would also have to hold that."""
+    data, size, offset = source.mapping, source.size, 0
+    names: list[str] = []
+    for _ in range(max_entries + 8):  # the storages and torch's few records
+        if offset + _LOCAL_HEADER_SIZE > size:
+            return _cut(source, "a zip entry's header", names, offset + _LOCAL_HEADER_SIZE)
+        header = bytes(data[offset : offset + _LOCAL_HEADER_SIZE])
+        if not header.startswith(ZIP_MAGIC):
+            return None  # the central directory (or damage) follows: not a cut entry
+        flags = int.from_bytes(header[6:8], "little")
+        packed = int.from_bytes(header[18:22], "little")
+        name_size = int.from_bytes(header[26:28], "little")
+        extra_size = int.from_bytes(header[28:30], "little")
+        start = offset + _LOCAL_HEADER_SIZE + name_size + extra_size
+        if start > size:
+            return _cut(source, "a zip entry's header", names, start)
+        name = bytes(data[offset + _LOCAL_HEADER_SIZE : offset + _LOCAL_HEADER_SIZE + name_size])
+        names.append(name.decode("utf-8", "replace"))
+        if flags & _DATA_DESCRIPTOR_FLAG:
+            end = _descriptor_end(data, start, size)
+            if end is None:
+                return _cut(source, f"entry {names[-1]!r}", names, size + _DESCRIPTOR_SIZE)
+        else:
+            if packed == _U32_MAX:
+                extra = bytes(data[start - extra_size : start])
+                packed = _zip64_packed_size(extra) or 0
+            end = start + packed
+            if end > size:
+                return _cut(source, f"entry {names[-1]!r}", names, end)
+        offset = end
+    return None
+
+
+def _descriptor_end(data: mmap.mmap | bytes, start: int, size: int) -> int | None:
+    """The end of the data descriptor that closes the entry whose bytes begin at `start`."""
+    at = data.find(_DESCRIPTOR, start)
+    while 0 <= at <= size - _DESCRIPTOR_SIZE:
+        if int.from_bytes(data[at + 8 : at + 12], "little") == at - start:
+            return at + _DESCRIPTOR_SIZE
+        if at + 24 <= size and int.from_bytes(data[at + 8 : at + 16], "little") == at - start:
+            return at + 24
+        at = data.find(_DESCRIPTOR, at + 1)
+    return None
+
+
+def _cut(source: MmapSource, where: str, names: list[str], needed: int) -> TruncatedError:
+    """A zip cut short inside `where`: it needs at least `needed` bytes, and then a central
+    directory entry for each of `names` and the end record."""
+    directory = sum(_CENTRAL_HEADER_SIZE + len(name.encode()) for name in names)
+    return TruncatedError(
+        f"the zip archive (cut inside {where}, with no directory after it)",
+        needed + directory + _END_RECORD_SIZE,
+        source.size,
+        path=source.name,
+        at_least=True,
+    )
+
+
+def _zip64_packed_size(extra: bytes) -> int | None:
+    """The compressed size from a local header's zip64 extra field (its second u64)."""
+    at = 0
+    while at + 4 <= len(extra):
+        kind = int.from_bytes(extra[at : at + 2], "little")
+        length = int.from_bytes(extra[at + 2 : at + 4], "little")
+        if kind == _ZIP64_EXTRA and length >= 16:
+            return int.from_bytes(extra[at + 12 : at + 20], "little")
+        at += 4 + length
+    return None
