@@ -16,10 +16,10 @@ from weightstore.io import is_url
 __all__ = ["unread_bytes"]
 
 
-def unread_bytes(path: str, format_name: str | None) -> str | None:
-    """What lies in the local PyTorch file `path` beyond the archive its reader reads, as a
+def unread_bytes(path: str) -> str | None:
+    """What lies in the local zip checkpoint `path` beyond the archive its reader reads, as a
     sentence; None when the reader reads it all (or it is no zip, or a URL: not fetched)."""
-    if format_name != "pytorch" or is_url(path) or not os.path.isfile(path):
+    if is_url(path) or not os.path.isfile(path):
         return None
     from weightstore.pytorch_reader._extent import zip_extent
 

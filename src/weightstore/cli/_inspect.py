@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:  # each report as soon as it is ready, a blank line between
             print(("\n" if index else "") + render_text(report))
         code = max(code, flag_damage(report))
-        unread = unread_bytes(report.path, report.format)
+        unread = unread_bytes(report.path)
         if unread is not None:  # verify fails the file; a listing shows what was read
             print_warning(f"{report.path}: {unread}")
         warning = class_warning(report.scan)

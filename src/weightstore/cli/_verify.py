@@ -195,11 +195,11 @@ def _check_unread_bytes(reader: TensorReader, verdict: Verdict) -> None:
     reads: more archives back to back, or bytes after the last one (`unread_bytes`)."""
     if _is_set_reader(reader):
         for shard in reader.shards:
-            found = unread_bytes(shard, verdict.format)
+            found = unread_bytes(shard)
             if found is not None:
                 verdict.problems.append(f"shard {os.path.basename(shard)} {found}")
         return
-    found = unread_bytes(verdict.path, verdict.format)
+    found = unread_bytes(verdict.path)
     if found is not None:
         verdict.problems.append(found)
 
