@@ -30,6 +30,10 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.DescriptorError("offsets overlap", path="x.bpk", tensor="b"),
     errors.UnsupportedFormatError("not a burnpack file", path="x.pt", found="pytorch"),
     errors.TensorNotFoundError("fc.weight", path="m.bpk", known=3),
+    errors.NotWeightsError("is an HTML page, likely a failed download", "html", path="m.bin"),
+    errors.LfsPointerError(
+        "sha256:" + "4d" * 32, 123, path="m-1.safetensors", others=("m-2.safetensors",)
+    ),
     errors.DestinationExistsError("m.bpk"),
     errors.RemapCollisionError("a.w", "x.w", "y.w", path="m.bpk", cause="remapping"),
     errors.PickleError("bad opcode", offset=12, opcode="REDUCE", path="m.pt"),

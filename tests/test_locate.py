@@ -126,7 +126,7 @@ def test_every_opener_refuses_a_non_weight_file_with_one_error(tmp_path: Path) -
             opener(str(path))
         messages.append(str(caught.value))
     assert len(set(messages)) == 1 and str(path) in messages[0]
-    assert "not a burnpack, SafeTensors or PyTorch file" in messages[0]
+    assert 'is a text file ("plain text, no tensors here"), not weights' in messages[0]
 
 
 def test_every_opener_raises_file_missing_for_nothing_there(tmp_path: Path) -> None:

@@ -47,12 +47,14 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import HeaderError as HeaderError
     from weightstore.errors import InvalidOptionError as InvalidOptionError
     from weightstore.errors import KeyNotFoundError as KeyNotFoundError
+    from weightstore.errors import LfsPointerError as LfsPointerError
     from weightstore.errors import LimitExceeded as LimitExceeded
     from weightstore.errors import LoadFailedError as LoadFailedError
     from weightstore.errors import MetadataError as MetadataError
     from weightstore.errors import MissingStorageError as MissingStorageError
     from weightstore.errors import ModuleTypeNeededError as ModuleTypeNeededError
     from weightstore.errors import NotAFileError as NotAFileError
+    from weightstore.errors import NotWeightsError as NotWeightsError
     from weightstore.errors import PathIsDirectoryError as PathIsDirectoryError
     from weightstore.errors import PickleError as PickleError
     from weightstore.errors import RemapCollisionError as RemapCollisionError
@@ -113,8 +115,10 @@ _EXPORTS: dict[str, str] = {
             "DescriptorError",
             "DestinationExistsError", "DigestError", "DigestMismatchError",
             "EntryError", "FileMissingError", "FormatError", "HeaderError", "InvalidOptionError",
-            "KeyNotFoundError", "LimitExceeded", "LoadFailedError", "MetadataError",
+            "KeyNotFoundError", "LfsPointerError", "LimitExceeded", "LoadFailedError",
+            "MetadataError",
             "MissingStorageError", "ModuleTypeNeededError", "NotAFileError",
+            "NotWeightsError",
             "PathIsDirectoryError",
             "PickleError", "RemapCollisionError",
             "RemoteReadError", "SaveFailedError", "SetError", "SetMismatchError", "SetWarning",

@@ -17,6 +17,8 @@ resembles, so callers can catch ours or keep their old handlers::
     │   └── SetError                        a sharded set's index or shards break the set's rules
     │       └── SetMismatchError            a shard belongs to another save than the index
     ├── UnsupportedFormatError (ValueError) a file that is not a format we read
+    │   ├── NotWeightsError                 bytes that are no weights at all (an HTML page, ...)
+    │   │   └── LfsPointerError             a git-lfs pointer where the file should be
     │   ├── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
     │   └── CodeObjectError                 a pickle naming globals that torch.load would run
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
@@ -74,12 +76,14 @@ __all__ = [
     "HeaderError",
     "InvalidOptionError",
     "KeyNotFoundError",
+    "LfsPointerError",
     "LimitExceeded",
     "LoadFailedError",
     "MetadataError",
     "MissingStorageError",
     "ModuleTypeNeededError",
     "NotAFileError",
+    "NotWeightsError",
     "PathIsDirectoryError",
     "PickleError",
     "RemapCollisionError",
@@ -194,7 +198,16 @@ class LimitExceeded(FormatError):
 
 
 class TruncatedError(FormatError, EOFError):
-    """The file ends before the bytes its header or descriptors promise."""
+    """The file ends before the bytes its header or descriptors promise: most often a partial
+    download or copy. The message says how many bytes are missing, and names the unfinished
+    download lying beside the file when there is one (`unfinished_download`).
+
+    Attributes:
+        what: the part that is cut. expected, found: the bytes it needs, and those there.
+        at_least: `expected` is a lower bound (a zip cut before its directory says more).
+        incomplete: the unfinished download of the file (a Hugging Face ``*.incomplete``
+            file), when one lies beside it; None otherwise.
+    """
 
     def __init__(
         self,
@@ -204,14 +217,49 @@ class TruncatedError(FormatError, EOFError):
         *,
         path: str | None = None,
         tensor: str | None = None,
+        at_least: bool = False,
     ) -> None:
-        self.what, self.expected, self.found = what, expected, found
-        super().__init__(
-            f"{what} needs {bounded_int(expected)} bytes but only {bounded_int(found)} are there; "
-            "the file is truncated",
-            path=path,
-            tensor=tensor,
+        self.what, self.expected, self.found, self.at_least = what, expected, found, at_least
+        self.incomplete = unfinished_download(path)
+        bound = "at least " if at_least else ""
+        missing = bounded_int(max(0, expected - found))
+        detail = (
+            f"{what} needs {bound}{bounded_int(expected)} bytes but only {bounded_int(found)} "
+            f"are there ({bound}{missing} missing); the file is truncated"
         )
+        if self.incomplete is not None:
+            detail += (
+                f"; {os.path.basename(self.incomplete)} beside it is an unfinished download: "
+                "let it finish, or download the file again"
+            )
+        super().__init__(detail, path=path, tensor=tensor)
+
+
+_HF_LOCAL_DIR_DOWNLOADS: Final = os.path.join(".cache", "huggingface", "download")
+
+
+def unfinished_download(path: str | None) -> str | None:
+    """The unfinished download of the local file `path`, when one lies beside it: Hugging
+    Face's ``<name>.incomplete`` in the same folder, ``<blob>.incomplete`` in a cache's
+    ``blobs/`` for a snapshot's symlink, or ``.cache/huggingface/download/<name>.*.incomplete``
+    under a ``local_dir`` download. None for a URL, in-memory data, or nothing there."""
+    if not path or "://" in path:
+        return None
+    try:
+        candidates = [f"{path}.incomplete"]
+        if os.path.islink(path):
+            candidates.append(f"{os.path.realpath(path)}.incomplete")
+        folder, name = os.path.split(path)
+        downloads = os.path.join(folder, _HF_LOCAL_DIR_DOWNLOADS)
+        if os.path.isdir(downloads):
+            candidates += sorted(
+                os.path.join(downloads, entry)
+                for entry in os.listdir(downloads)
+                if entry.startswith(f"{name}.") and entry.endswith(".incomplete")
+            )
+        return next((c for c in candidates if os.path.isfile(c)), None)
+    except (OSError, ValueError):  # an unencodable or over-long name: no sibling to name
+        return None
 
 
 class UnsupportedFormatError(WeightstoreError, ValueError):
@@ -231,6 +279,56 @@ class UnsupportedFormatError(WeightstoreError, ValueError):
     ) -> None:
         self.found = found
         super().__init__(detail, path=path, tensor=tensor)
+
+
+class NotWeightsError(UnsupportedFormatError):
+    """A file whose bytes are no weights of any format: empty, an HTML page or a JSON error
+    body saved by a failed download, a text file, another tool's format (ONNX, HDF5, NumPy,
+    GGUF, TFLite, a zip of something else). Told from the first bytes before any reader
+    parses them, so no format's own complaint (a 2 EB header) misleads
+    (`weightstore.base._cause`).
+
+    Attributes:
+        cause: what the bytes are, as a short key: ``"empty"``, ``"lfs-pointer"``,
+            ``"html"``, ``"xml"``, ``"json-error"``, ``"text"``, ``"onnx"``, ``"hdf5"``,
+            ``"npy"``, ``"npz"``, ``"gguf"``, ``"ggml"``, ``"tflite"``, ``"zip"``, and the
+            compressions (``"gzip"``, ...).
+    """
+
+    def __init__(self, detail: str, cause: str, *, path: str | None = None) -> None:
+        self.cause = cause
+        super().__init__(detail, path=path, found=cause)
+
+
+class LfsPointerError(NotWeightsError):
+    """A git-lfs pointer file where the weights should be: the repository was cloned without
+    ``git lfs`` (or with ``GIT_LFS_SKIP_SMUDGE``), so the file holds the pointer's three lines.
+
+    Attributes:
+        oid: the pointer's ``sha256:<hex>`` object id; None when the line is missing or bad.
+        size: the size of the real file, in bytes; None when the line is missing or bad.
+        others: in a set, the other shards that are pointers too (every one is named).
+    """
+
+    def __init__(
+        self,
+        oid: str | None,
+        size: int | None,
+        *,
+        path: str | None = None,
+        others: tuple[str, ...] = (),
+    ) -> None:
+        self.oid, self.size, self.others = oid, size, others
+        facts = [f"oid {oid[:19]}..." if oid is not None and len(oid) > 19 else f"oid {oid}"]
+        facts = facts if oid is not None else []
+        facts += [f"{bounded_int(size)} bytes"] if size is not None else []
+        shown = f" ({', '.join(facts)})" if facts else ""
+        detail = f"is a git-lfs pointer{shown}, not the file"
+        if others:
+            names = ", ".join(os.path.basename(other) for other in others[:10])
+            more = f" and {len(others) - 10:,} more" if len(others) > 10 else ""
+            detail += f"; so are {names}{more}"
+        super().__init__(f"{detail}; run `git lfs pull`", "lfs-pointer", path=path)
 
 
 class DTypeError(WeightstoreError, TypeError):

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore.base._cause import cause_of, refuse_not_weights, shown_head
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import UnsupportedFormatError
 
@@ -77,11 +78,15 @@ def format_for_name(path: str | os.PathLike[str]) -> ContainerFormat | None:
 
 
 def what_it_is(head: bytes, size: int) -> str | None:
-    """A short description of what a file is, from its first bytes: one of our formats, a
-    sharded checkpoint's JSON index, or None when nothing is recognised."""
+    """A short description of what a file is, from its first bytes: one of our formats, no
+    weights at all (a git-lfs pointer, an HTML page: `cause_of`), a sharded checkpoint's JSON
+    index, or None when nothing is recognised."""
     for fmt in FORMATS:
         if fmt.sniff(head, size):
             return f"a {fmt.title} file"
+    cause = cause_of(head, size)
+    if cause is not None:
+        return cause.what
     if head.lstrip()[:1] == b"{":
         return "a JSON file (a sharded checkpoint's index?)"
     return None
@@ -100,16 +105,19 @@ def detect_format_of_bytes(head: bytes, size: int, name: str | None = None) -> C
         name: the file, named in the error.
 
     Raises:
+        NotWeightsError: the bytes are no weights at all, and say what they are: a git-lfs
+            pointer (`LfsPointerError`), an empty file, an HTML page, another tool's format.
         UnsupportedFormatError: no format recognises the bytes.
     """
     for fmt in FORMATS:
         if fmt.sniff(head, size):
             return fmt
+    refuse_not_weights(head, size, name)
     what = what_it_is(head, size)
     if what is not None:
         detail = f"{what}, which weightstore does not read as one checkpoint"
     else:
-        detail = f"not a {_TITLES} file (starts with {head[:8].hex(' ')})"
+        detail = f"not a {_TITLES} file (starts with {shown_head(head)})"
     raise UnsupportedFormatError(detail, path=name)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from weightstore.base._cause import refuse_not_weights
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
 from weightstore.burnpack._layout import (
@@ -22,6 +23,7 @@ from weightstore.burnpack._layout import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
+    MAGIC_BYTES,
     MAX_FILE_SIZE,
     MAX_METADATA_SIZE,
     MAX_TENSOR_COUNT,
@@ -34,7 +36,7 @@ from weightstore.burnpack._layout import (
     decode_metadata,
     duplicate_key_in,
 )
-from weightstore.container._format import path_for_read
+from weightstore.container._format import PROBE_SIZE, path_for_read
 from weightstore.container._reader import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
 from weightstore.container._slice import TensorSlice
 from weightstore.dtypes import DType, from_burnpack
@@ -135,6 +137,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
 
     def _read_header(self, max_metadata_size: int) -> tuple[int, int]:
         if self._source.size < HEADER_SIZE:
+            self._refuse_not_weights()
             raise HeaderError(
                 f"file is {self._source.size} bytes, shorter than the {HEADER_SIZE}-byte header",
                 path=self.path,
@@ -143,6 +146,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             self._source.read(0, HEADER_SIZE, "the header")
         )
         if magic != MAGIC:
+            self._refuse_not_weights()
             raise HeaderError(
                 f"magic number is {magic:#010x}, expected {MAGIC:#010x}; not a burnpack file",
                 path=self.path,
@@ -152,6 +156,13 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         if metadata_size > max_metadata_size:
             raise LimitExceeded("metadata size", metadata_size, max_metadata_size, path=self.path)
         return version, metadata_size
+
+    def _refuse_not_weights(self) -> None:
+        """Name what the file is when it is no weights at all (`refuse_not_weights`)."""
+        size = self._source.size
+        head = bytes(self._source.read(0, min(size, PROBE_SIZE), "the format probe"))
+        if not head.startswith(MAGIC_BYTES):  # a cut burnpack file is a damaged one
+            refuse_not_weights(head, size, self.path)
 
     def _read_metadata(self, metadata_size: int) -> dict[str, Any]:
         block = self._source.read(HEADER_SIZE, metadata_size, "the CBOR metadata")

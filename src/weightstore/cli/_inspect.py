@@ -22,6 +22,7 @@ from weightstore.cli._errors import (
     print_warning,
     report_failure,
 )
+from weightstore.cli._extent import unread_bytes
 from weightstore.cli._keys import class_warning
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._render import json_document, render_text
@@ -75,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:  # each report as soon as it is ready, a blank line between
             print(("\n" if index else "") + render_text(report))
         code = max(code, flag_damage(report))
+        unread = unread_bytes(report.path)
+        if unread is not None:  # verify fails the file; a listing shows what was read
+            print_warning(f"{report.path}: {unread}")
         warning = class_warning(report.scan)
         if warning is not None:
             print_warning(f"{report.path}: {warning}")

@@ -44,6 +44,7 @@ from weightstore.cli._errors import (
     print_error,
     print_warning,
 )
+from weightstore.cli._extent import unread_bytes
 from weightstore.cli._hub import check_blobs
 from weightstore.cli._keys import class_warning, place
 from weightstore.cli._manifest import check_directory
@@ -180,12 +181,27 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
     with reader:
         failed = _read_all(reader, verdict, args.quiet, _tally(args))
         _check_carried_digests(reader, verdict, failed)
+        _check_unread_bytes(reader, verdict)
         load_object = getattr(reader, "load_object", None)
         if load_object is not None:  # a PyTorch checkpoint: what would torch.load import?
             verdict.scan = _whole_file_scan(reader, path, args)
         if _is_set_reader(reader):
             _check_set(reader, verdict, storage_options_of(args))
     return verdict
+
+
+def _check_unread_bytes(reader: TensorReader, verdict: Verdict) -> None:
+    """A problem for each file (the file, or a set's shards) holding bytes its reader never
+    reads: more archives back to back, or bytes after the last one (`unread_bytes`)."""
+    if _is_set_reader(reader):
+        for shard in reader.shards:
+            found = unread_bytes(shard)
+            if found is not None:
+                verdict.problems.append(f"shard {os.path.basename(shard)} {found}")
+        return
+    found = unread_bytes(verdict.path)
+    if found is not None:
+        verdict.problems.append(found)
 
 
 def _is_set_reader(reader: object) -> TypeGuard[SetReader]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from weightstore.base._cause import refuse_not_weights, shown_head
 from weightstore.base._render import bounded_repr
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
 from weightstore.io import is_url
@@ -38,19 +39,10 @@ __all__ = ["open_archive"]
 
 _HEAD_SIZE = 512  # bytes read to tell the layout: one tar header block
 _SHOWN_SIZE = 8  # bytes of the file an "is not a checkpoint" message shows
+_CHECKPOINT = "a PyTorch checkpoint"
 _READ_MODES: Final = ("mmap", "pread")
 
 # Foreign files people hand a .pt reader by mistake, and what to tell them.
-_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"\x1f\x8b", "a gzip-compressed file; decompress it first"),
-    (b"7z\xbc\xaf\x27\x1c", "a 7z archive, which torch never writes (malware has hidden in them)"),
-    (b"BZh", "a bzip2-compressed file; decompress it first"),
-    (b"\xfd7zXZ\x00", "an xz-compressed file; decompress it first"),
-    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file; decompress it first"),
-    (b"\x93NUMPY", "a NumPy .npy file"),
-    (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras or h5py)"),
-    (b"GGUF", "a GGUF file"),
-)
 
 
 def open_archive(
@@ -99,12 +91,10 @@ def _open_remote(url: str, limits: Limits, storage_options: Mapping[str, Any] | 
     source = open_source(url, storage_options=storage_options)
     try:
         head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
+        refuse_not_weights(head, source.size, url, text=False, instead_of=_CHECKPOINT)
         if head[:4] == ZIP_MAGIC:
             loaded = load_zip(source, limits, source)
         else:
-            what = _what_it_is(head, source.size)
-            if what is not None:
-                raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=url)
             raise UnsupportedFormatError(
                 "is not a zip checkpoint (torch >= 1.6 writes one); a legacy, tar or plain "
                 "pickle checkpoint is read whole, so it cannot be read by range requests: "
@@ -120,6 +110,8 @@ def _open_remote(url: str, limits: Limits, storage_options: Mapping[str, Any] | 
 
 def _open_layout(source: MmapSource, limits: Limits, storage_source: ByteSource) -> Loaded:
     head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
+    # Before any layout is tried: a git-lfs pointer or an HTML page is named as what it is.
+    refuse_not_weights(head, source.size, source.name, text=False, instead_of=_CHECKPOINT)
     if head[:4] == ZIP_MAGIC:
         return load_zip(source, limits, storage_source)
     if head[:4] == ZIP_EMPTY_MAGIC:
@@ -130,9 +122,6 @@ def _open_layout(source: MmapSource, limits: Limits, storage_source: ByteSource)
         from weightstore.pytorch_reader._legacy import load_tar  # rare: loaded when met
 
         return load_tar(source, limits, storage_source)
-    what = _what_it_is(head, source.size)
-    if what is not None:
-        raise UnsupportedFormatError(f"{what}, not a PyTorch checkpoint", path=source.name)
     first, end, protocol = _first_pickle(source, head, limits)
     if type(first) is int and first == MAGIC_NUMBER:
         from weightstore.pytorch_reader._legacy import load_legacy  # rare: loaded when met
@@ -161,18 +150,9 @@ def _first_pickle(source: MmapSource, head: bytes, limits: Limits) -> tuple[obje
 
 
 def _not_a_checkpoint(source: MmapSource, head: bytes, why: str) -> UnsupportedFormatError:
-    shown = head[:_SHOWN_SIZE].hex(" ")
+    shown = shown_head(head[:_SHOWN_SIZE])
     return UnsupportedFormatError(
         f"not a PyTorch checkpoint: not a zip, tar or pickle file that torch.save writes "
         f"(it starts with {shown}); {why}",
         path=source.name,
     )
-
-
-def _what_it_is(head: bytes, size: int) -> str | None:
-    if size == 0:
-        return "an empty file"
-    for magic, what in _SIGNATURES:
-        if head.startswith(magic):
-            return what
-    return None

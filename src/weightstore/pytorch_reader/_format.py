@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._cause import cause_of
 from weightstore.base._gc import collector_paused
 from weightstore.container._format import LOAD_OPTIONS, PROBE_SIZE, ContainerFormat, SetLayout
 from weightstore.pytorch_reader._layout import (
@@ -38,9 +39,10 @@ def _sniff(head: bytes, size: int) -> bool:
     Only the signature is checked, never what follows, so a truncated checkpoint is still
     recognised and the reader reports the damage (a zip cut short has no central directory).
     """
+    if head[: len(ZIP_MAGIC)] == ZIP_MAGIC:  # a zip of NumPy arrays or Keras files is not ours
+        return cause_of(head, size, text=False) is None
     return (
-        head[: len(ZIP_MAGIC)] == ZIP_MAGIC
-        or head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + len(TAR_MAGIC)] == TAR_MAGIC
+        head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + len(TAR_MAGIC)] == TAR_MAGIC
         or (len(head) >= 2 and head[0] == PICKLE_PROTO and head[1] in _PICKLE_PROTOCOLS)
         or head.startswith(_LEGACY_TEXT_MAGIC)
     )

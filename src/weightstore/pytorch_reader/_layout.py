@@ -153,6 +153,11 @@ MAX_LONG_SIZE: Final = MAX_DIGITS * 2 // 5
 every int a pickle holds prints within CPython's 4,300-digit cap. LONG1 stops at 255 bytes."""
 MAX_LINE_SIZE: Final = 2**16
 """Bytes in one text-form argument line of a number or name."""
+MAX_ARCHIVES_COUNTED: Final = 4096
+"""Zip archives counted back to back before the one a file's reader reads (`_extent`, for
+``verify``): each costs a read of its central directory, and a file of 22-byte empty archives
+would otherwise cost one per 22 bytes. A DCP rank file holds one archive per item its rank
+saved (a few per tensor shard set, hundreds at most); past the limit the count says "at least"."""
 MAX_BUILT_RATIO: Final = 4
 """Bytes the constructors of one pickle may build (NumPy arrays, ``bytes``, encoded strings),
 as a multiple of the pickle's own size, plus BUILT_SIZE_SLACK. A pickle builds each blob it holds

@@ -29,6 +29,7 @@ from weightstore.errors import (
     UnsupportedFormatError,
 )
 from weightstore.io._source import ByteSource, MmapSource, SourceFile
+from weightstore.pytorch_reader._extent import cut_archive
 from weightstore.pytorch_reader._inflate import iter_member, payload_offset, read_member
 from weightstore.pytorch_reader._layout import (
     ALIGNMENT_RECORD,
@@ -110,6 +111,14 @@ def load_zip(source: ByteSource, limits: Limits, storage_source: ByteSource) -> 
             archive = zipfile.ZipFile(chunked)
             records_source = _ChunkedSource(source, chunked)
     except _ZIP_ERRORS as err:
+        # A local zip with no end record is most often a partial download: say where it is cut.
+        cut = (
+            cut_archive(source, limits.max_storage_count)
+            if isinstance(source, MmapSource)
+            else None
+        )
+        if cut is not None:
+            raise cut from err
         raise ArchiveError(f"damaged zip archive: {clip(str(err))}", path=source.name) from err
     try:
         return _read_zip(source, records_source, archive, limits, storage_source)

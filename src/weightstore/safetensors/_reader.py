@@ -24,9 +24,11 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._cause import refuse_not_weights
 from weightstore.base._gc import collector_paused
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
+from weightstore.container._format import PROBE_SIZE
 from weightstore.container._reader import ContainerReader, Span, parse_shape_and_offsets, spans_of
 from weightstore.container._slice import TensorSlice
 from weightstore.dtypes import ALL_DTYPES, DType, from_safetensors
@@ -119,6 +121,7 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
 
     def _read_header_size(self, max_header_size: int) -> int:
         if self._source.size < PREFIX_SIZE:
+            self._refuse_not_weights()
             raise HeaderError(
                 f"file is {self._source.size} bytes, shorter than the {PREFIX_SIZE}-byte "
                 "header length",
@@ -130,8 +133,15 @@ class SafetensorsReader(ContainerReader[TensorDescriptor]):
         # The limit comes first, as in the safetensors package: a length of exabytes marks a hostile
         # or corrupt file, which a "truncated" message would misdescribe.
         if header_size > max_header_size:
+            self._refuse_not_weights()  # a git-lfs pointer's "version " is a 2 EB length
             raise LimitExceeded("header size", header_size, max_header_size, path=self.path)
         return int(header_size)
+
+    def _refuse_not_weights(self) -> None:
+        """Name what the file is when it is no weights at all (`refuse_not_weights`)."""
+        size = self._source.size
+        head = bytes(self._source.read(0, min(size, PROBE_SIZE), "the format probe"))
+        refuse_not_weights(head, size, self.path)
 
     def _decode(self, block: memoryview) -> Any:
         try:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weightstore.base._record import Record
 from weightstore.errors import (
     DigestMismatchError,
+    LfsPointerError,
     SetError,
     SetMismatchError,
     SetWarning,
@@ -323,6 +324,7 @@ class SetReader:
         self._present: dict[str, set[str]] = {}  # shard path -> selected tensors it holds
         self._planned: dict[str, list[str]] = {}  # shard path -> tensors a load will read
         self._digests_on = True  # shards check their tensor digests as they are read
+        self._pointers: tuple[str, ...] | None = None  # shards that are git-lfs pointers
 
     def plan_reads(self, names: Iterable[str]) -> None:
         """Announce that `names` will be read whole: each shard's reader is told its own when
@@ -544,7 +546,10 @@ class SetReader:
         if reader is None:
             files = self._files
             index_path = None if files.index is None else files.index.path
-            reader = _open_shard(files.fmt, shard, files.options, index_path)
+            try:
+                reader = _open_shard(files.fmt, shard, files.options, index_path)
+            except LfsPointerError as err:
+                raise self._every_pointer(err) from err
             try:
                 self._present[shard] = self._check(shard, reader) & self._wanted[shard]
             except BaseException:
@@ -556,6 +561,15 @@ class SetReader:
             if shard in self._planned:
                 _plan_shard(reader, self._planned[shard])
         return reader
+
+    def _every_pointer(self, err: LfsPointerError) -> LfsPointerError:
+        """`err`, for one shard that is a git-lfs pointer, naming every other shard that is one
+        too; the shards are probed once per reader, however many fail to open."""
+        if self._pointers is None:
+            shards = sorted(set(self._files.weight_map.values()))
+            self._pointers = _pointer_shards(shards, self._files.options.get("storage_options"))
+        others = tuple(shard for shard in self._pointers if shard != err.path)
+        return LfsPointerError(err.oid, err.size, path=err.path, others=others)
 
     def _check(self, shard: str, reader: TensorReader) -> set[str]:
         """The tensors the index assigns to `shard` that it holds; records the rest."""
@@ -615,9 +629,30 @@ def _open_shard(
     """`fmt`'s reader on shard `path`; a shard of another format is named as such."""
     try:
         return fmt.open_file(path, **options)
+    except LfsPointerError:
+        raise
     except Exception:
         _refuse_foreign_shard(fmt, path, index_path, options.get("storage_options"))
         raise
+
+
+def _pointer_shards(
+    shards: Iterable[str], storage_options: Mapping[str, Any] | None
+) -> tuple[str, ...]:
+    """The shards among `shards` that are git-lfs pointers: a clone without ``git lfs``
+    leaves every shard so, and the user should hear of all of them at once."""
+    from weightstore.base._cause import LFS_POINTER_PREFIX, MAX_LFS_POINTER_SIZE
+    from weightstore.formats import read_probe
+
+    found = []
+    for shard in shards:
+        try:
+            head, size = read_probe(shard, storage_options)
+        except (OSError, WeightstoreError):
+            continue  # its own open says what is wrong with it
+        if head.startswith(LFS_POINTER_PREFIX) and size < MAX_LFS_POINTER_SIZE:
+            found.append(shard)
+    return tuple(found)
 
 
 def _refuse_foreign_shard(

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._cause import refuse_not_weights
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError
 from weightstore.formats import FORMATS, what_it_is
@@ -227,6 +228,7 @@ def refuse_foreign(fmt: ContainerFormat, head: bytes, size: int, path: str | Non
                 path=path,
                 found=other.name,
             )
+    refuse_not_weights(head, size, path)  # a git-lfs pointer, an HTML page, ...
     what = what_it_is(head, size)
     if what is not None:  # recognised, but by nobody that reads it as one file
         raise UnsupportedFormatError(f"is {what}, not a {fmt.title} file", path=path, found="json")
