@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Final
 
+from weightstore.base._record import ValueRecord
 from weightstore.errors import LfsPointerError, NotWeightsError
 
 __all__ = [
@@ -60,8 +60,7 @@ _SIGNATURES: Final[tuple[tuple[bytes, str, str], ...]] = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Cause:
+class Cause(ValueRecord):
     """What a file's bytes are. `key` is `NotWeightsError.cause`; `what` completes "is ..."."""
 
     key: str

@@ -19,9 +19,9 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Final
 
+from weightstore.base._record import ValueRecord
 from weightstore.cli._errors import EXIT_BAD_INPUT, EXIT_OK, print_error, print_warning
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
@@ -59,8 +59,7 @@ _LINE: Final = re.compile(r"(\\?)([0-9a-fA-F]{64}) ([ *])(.+)", re.DOTALL)
 _NAMES_SHOWN: Final = 5  # failing files named in the one error line, then "and N more"
 
 
-@dataclass(frozen=True, slots=True)
-class ManifestEntry:
+class ManifestEntry(ValueRecord):
     """One checksum line: the digest (lower-case hex), the path as written, its line number."""
 
     digest: str
@@ -68,8 +67,7 @@ class ManifestEntry:
     line: int
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
+class Checked(ValueRecord):
     """One entry checked: ``"OK"``, ``"FAILED"`` (the digest differs) or ``"FAILED open or
     read"``, and why in words for the last two (``"the SHA-256 differs"``, ``"missing"``)."""
 

@@ -15,9 +15,9 @@ import io
 import mmap
 import os
 import zipfile
-from dataclasses import dataclass
 from typing import BinaryIO
 
+from weightstore.base._record import ValueRecord
 from weightstore.errors import TruncatedError
 from weightstore.io._source import MmapSource
 from weightstore.pytorch_reader._layout import MAX_ARCHIVES_COUNTED, ZIP_MAGIC
@@ -31,8 +31,7 @@ _MAX_COMMENT = 0xFFFF
 _NOT_AN_ARCHIVE = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError)
 
 
-@dataclass(frozen=True, slots=True)
-class ZipExtent:
+class ZipExtent(ValueRecord):
     """Where the archive a reader reads lies in its file.
 
     Attributes:
