@@ -33,6 +33,7 @@ from weightstore.pytorch_reader._policy import (
     FoundGlobal,
     Scan,
     is_object_class,
+    key_text,
     runs_code,
     scan_globals,
 )
@@ -59,16 +60,6 @@ _MAX_JSON_ITEMS: Final = 50  # items shown per container
 _MAX_JSON_NODES: Final = 5_000  # values shown per object, all levels together
 _MAX_JSON_TEXT: Final = 5 * MAX_TEXT_LEN  # characters of one string
 _MAX_EXACT_INT_BITS: Final = 64  # larger ints are shown in hex: str() of a huge int is refused
-
-
-def _key_text(key: object) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool | float) or key is None:
-        return str(key)
-    if isinstance(key, int):
-        return str(key) if key.bit_length() <= _MAX_EXACT_INT_BITS else hex(key)
-    return describe_value(key, 40)
 
 
 # -- JSON ---------------------------------------------------------------------------------------
@@ -111,7 +102,7 @@ def _json(value: object, depth: int, budget: _Budget) -> Any:
     if isinstance(value, dict | argparse.Namespace):
         pairs = value.items() if isinstance(value, dict) else vars(value).items()
         head, more = _first(pairs)
-        shown = {_key_text(k): _json(v, depth - 1, budget) for k, v in head}
+        shown = {key_text(k): _json(v, depth - 1, budget) for k, v in head}
         return {**shown, "...": f"{more:,} more"} if more else shown
     if isinstance(value, list | tuple | set | frozenset):
         items, more = _first(value)
