@@ -45,10 +45,14 @@ LAYERS: dict[str, int] = {
     # Format-free and model-free, so the containers above may all use them.
     "weightstore.container": 2,
     "weightstore.entry": 2,
+    # 2: quantized blocks: the ggml block layouts' NumPy kernels (dequantize, quantize), shared
+    # by GGUF and the quantized layouts of other containers; format-free and model-free.
+    "weightstore.quantized": 2,
     # 3: container formats; the PyTorch reader is also held to STANDS_ALONE.
     "weightstore.burnpack": 3,
     "weightstore.safetensors": 3,
     "weightstore.pytorch_reader": 3,
+    "weightstore.gguf": 3,
     # 4: the format registry and the resolver of what is at a path.
     "weightstore.formats": 4,
     "weightstore.locate": 4,
