@@ -1,0 +1,16 @@
+"""Quantized blocks: ggml's block types and the NumPy kernels that dequantize and quantize them.
+
+Format-free and model-free: GGUF stores whole tensors in these blocks, and other containers'
+quantized layouts reuse the kernels. Nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from weightstore.quantized._ggml_types import GGML_TYPES as GGML_TYPES
+from weightstore.quantized._ggml_types import GGML_TYPES_BY_NAME as GGML_TYPES_BY_NAME
+from weightstore.quantized._ggml_types import QK_K as QK_K
+from weightstore.quantized._ggml_types import GgmlType as GgmlType
+from weightstore.quantized._ggml_types import ggml_type as ggml_type
+from weightstore.quantized._ggml_types import ggml_type_named as ggml_type_named
+
+__all__ = ["GGML_TYPES", "GGML_TYPES_BY_NAME", "QK_K", "GgmlType", "ggml_type", "ggml_type_named"]
