@@ -65,8 +65,8 @@ CAUSES: list[tuple[str, bytes, str]] = [
     ("hdf5", b"\x89HDF\r\n\x1a\n" + bytes(64), "an HDF5 file (Keras .h5 or h5py)"),
     ("npy", _npy(), "a NumPy .npy array file"),
     ("npz", _npz(), "a NumPy .npz archive"),
-    ("gguf", b"GGUF\x03\x00\x00\x00" + bytes(64), "a GGUF file"),
-    ("ggml", b"lmgg" + bytes(64), "a GGML file"),
+    ("ggml", b"lmgg" + bytes(64), "a legacy GGML file (llama.cpp before GGUF"),
+    ("ggml", b"tjgg" + bytes(64), "not GGUF: convert it with"),
     ("tflite", b"\x1c\x00\x00\x00TFL3" + bytes(64), "a TensorFlow Lite model"),
     ("zip", _keras(), "a Keras .keras archive"),
 ]

@@ -430,6 +430,9 @@ LAZY_SIBLINGS: dict[tuple[str, str], str] = {
         "URLs only: brings in fsspec",
     ),
     ("weightstore.bridge", "weightstore.bridge._numpy"): "NumPy models only",
+    ("weightstore.quantized._dequantize", "weightstore.quantized._ggml_iq"): (
+        "IQ types only: their grid tables decode on first use"
+    ),
     ("weightstore.bridge", "weightstore.bridge._sources"): "saves only: the adapter classes",
     **dict.fromkeys(
         [
@@ -440,6 +443,9 @@ LAZY_SIBLINGS: dict[tuple[str, str], str] = {
             ("weightstore.safetensors._format", "weightstore.safetensors._reader"),
             ("weightstore.safetensors._format", "weightstore.safetensors._writer"),
             ("weightstore.pytorch_reader._format", "weightstore.pytorch_reader._reader"),
+            ("weightstore.gguf._format", "weightstore.gguf._split"),
+            ("weightstore.gguf._format", "weightstore.gguf._reader"),
+            ("weightstore.gguf._format", "weightstore.gguf._writer"),
         ],
         "the registry lists a format without loading its parser (cbor2, NumPy)",
     ),

@@ -56,6 +56,9 @@ class TensorEntry(ValueRecord):
         nbytes: declared byte length; computed from shape and dtype when omitted (required for
             quantized dtypes, whose length follows their scheme).
         quant_scheme: the decoded burnpack QFloat scheme, kept verbatim.
+        blocks: the tensor's quantized blocks as its source stores them, ``(ggml type name,
+            producer of the bytes)``, for a writer that can keep them (GGUF copies them byte
+            for byte); the others write `data`, the same tensor's values.
 
     Example:
         >>> import numpy as np
@@ -76,6 +79,7 @@ class TensorEntry(ValueRecord):
     param_id: int | None = None
     nbytes: int = -1
     quant_scheme: Mapping[str, Any] | None = field(default=None, compare=False)
+    blocks: tuple[str, Callable[[], Buffer]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Both formats store names as UTF-8; a Python str may hold a lone surrogate (from a

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore import burnpack, gguf, pytorch_reader, safetensors
 from weightstore.base._cause import cause_of, refuse_not_weights, shown_head
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import UnsupportedFormatError
@@ -32,12 +32,15 @@ __all__ = [
     "what_it_is",
 ]
 
-FORMATS: tuple[ContainerFormat, ...] = (burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT)
+FORMATS: tuple[ContainerFormat, ...] = (
+    burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT, gguf.FORMAT,
+)  # fmt: skip
 """Every registered format, in sniff order. Burnpack's 4-byte magic is exact. SafeTensors comes
 before PyTorch: one SafeTensors file in 256 has a header length whose low byte is 0x80, which
 is also how a pickle starts, while no file torch.save writes has "{" at byte 8 after a plausible
 length (under 100 MB, so bytes 4 to 7 are zero; torch's zips start ``50 4b 03 04 00 00 08 08``,
-its legacy files ``80 02 8a 0a 6c fc 9c 46``).
+its legacy files ``80 02 8a 0a 6c fc 9c 46``). GGUF's magic is 4 ASCII bytes, ``GGUF``, which
+no other format starts with.
 
 Each sniff checks a signature, never whether the rest of the file is whole: a damaged file is
 still recognised, and its reader then reports the damage with a typed error."""

@@ -44,14 +44,15 @@ _HTML_STARTS: Final = (b"<!doctype html", b"<html", b"<head", b"<body", b"<!--",
 _SHOWN_BYTES: Final = 8  # head bytes an error shows
 _QUOTED_CHARS: Final = 60  # characters of a text file an error quotes
 
+_LEGACY_GGML: Final = (
+    "a legacy GGML file (llama.cpp before GGUF, 2023), not GGUF: convert it with llama.cpp's "
+    "convert_llama_ggml_to_gguf.py, then read the .gguf"
+)
 # Signatures of formats that are no checkpoint weightstore reads: (magic, cause, what).
 _SIGNATURES: Final[tuple[tuple[bytes, str, str], ...]] = (
     (b"\x89HDF\r\n\x1a\n", "hdf5", "an HDF5 file (Keras .h5 or h5py), no weights read here"),
     (b"\x93NUMPY", "npy", "a NumPy .npy array file, not a checkpoint; load it with numpy.load"),
-    (b"GGUF", "gguf", "a GGUF file (llama.cpp), which weightstore does not read yet"),
-    (b"lmgg", "ggml", "a GGML file (early llama.cpp), which weightstore does not read"),
-    (b"fmgg", "ggml", "a GGML file (early llama.cpp), which weightstore does not read"),
-    (b"tjgg", "ggml", "a GGML file (early llama.cpp), which weightstore does not read"),
+    *((magic, "ggml", _LEGACY_GGML) for magic in (b"lmgg", b"fmgg", b"tjgg", b"algg")),
     (b"\x1f\x8b", "gzip", "a gzip-compressed file; decompress it first"),
     (b"7z\xbc\xaf\x27\x1c", "7z", "a 7z archive, which torch never writes (malware hides in them)"),
     (b"BZh", "bzip2", "a bzip2-compressed file; decompress it first"),
