@@ -22,6 +22,7 @@ from weightstore import (
     Store,
     burnpack,
     formats,
+    gguf,
     open_reader,
     pytorch_reader,
     safetensors,
@@ -43,9 +44,11 @@ def _files(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_every_format_is_registered_once_in_sniff_order() -> None:
-    assert [fmt.name for fmt in formats.FORMATS] == ["burnpack", "safetensors", "pytorch"]
-    assert formats.FORMATS == (burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT)
-    assert [fmt.writable for fmt in formats.FORMATS] == [True, True, False]
+    assert [fmt.name for fmt in formats.FORMATS] == ["burnpack", "safetensors", "pytorch", "gguf"]
+    assert formats.FORMATS == (
+        burnpack.FORMAT, safetensors.FORMAT, pytorch_reader.FORMAT, gguf.FORMAT,
+    )  # fmt: skip
+    assert [fmt.writable for fmt in formats.FORMATS] == [True, True, False, True]
 
 
 def test_detection_reads_bytes_not_names(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.safetensors import SafetensorsWriter as SafetensorsWriter
     from weightstore.snapshot import TensorSnapshot as TensorSnapshot
     from weightstore.stores import BurnpackStore as BurnpackStore
+    from weightstore.stores import GgufStore as GgufStore
     from weightstore.stores import PytorchStore as PytorchStore
     from weightstore.stores import SafetensorsStore as SafetensorsStore
     from weightstore.stores import Store as Store
@@ -142,7 +143,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("SafetensorsReader", "SafetensorsWriter"), "weightstore.safetensors"),
     "TensorSnapshot": "weightstore.snapshot",
     **dict.fromkeys(
-        ("BurnpackStore", "PytorchStore", "SafetensorsStore", "Store"), "weightstore.stores"
+        ("BurnpackStore", "GgufStore", "PytorchStore", "SafetensorsStore", "Store"),
+        "weightstore.stores"
     ),
 }  # fmt: skip
 

@@ -20,7 +20,14 @@ from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import SnapshotLoadError, WeightstoreError
 
-__all__ = ["ReaderLoad", "TensorSnapshot", "part_reader", "reader_snapshots"]
+__all__ = [
+    "ReaderLoad",
+    "StoredBlocks",
+    "TensorSnapshot",
+    "part_reader",
+    "reader_snapshots",
+    "stored_blocks",
+]
 
 ArrayLoader = Callable[[], "np.ndarray[Any, Any]"]
 
@@ -47,6 +54,36 @@ def part_reader(snapshot: TensorSnapshot) -> Callable[[Any], np.ndarray[Any, Any
     return load.read_part if type(load) is ReaderLoad else None
 
 
+class StoredBlocks(ValueRecord):
+    """How a quantized source stores a tensor whose snapshot gives its values: the encoding
+    (a ggml type name), its bytes as stored, and its values in a float dtype of the caller's
+    choice. It belongs to one `load`: a snapshot whose load was replaced (an adapter's cast,
+    a transpose) no longer has it (`stored_blocks`), since its values are no longer these.
+
+    Attributes:
+        encoding: the ggml type name (``"Q4_K"``).
+        read_blocks: the stored bytes (``uint8``), as a writer copies them.
+        read_as: the values in a float `DType` (``BF16``), decoded straight to it.
+        load: the snapshot load these describe.
+    """
+
+    encoding: str
+    read_blocks: Callable[[], Any] = field(compare=False)
+    read_as: Callable[[DType], Any] = field(compare=False)
+    load: Any = field(compare=False)
+
+    def rebound(self, load: Any) -> StoredBlocks:
+        """The same blocks for a load that reads the same values (a progress counter)."""
+        return StoredBlocks(self.encoding, self.read_blocks, self.read_as, load)
+
+
+def stored_blocks(snapshot: TensorSnapshot) -> StoredBlocks | None:
+    """The quantized blocks `snapshot`'s values come from, or None (a plain tensor, or a load
+    some step replaced)."""
+    stored = snapshot.stored
+    return stored if stored is not None and stored.load is snapshot.load else None
+
+
 class TensorSnapshot(ValueRecord):
     """One tensor, described now and read later.
 
@@ -58,6 +95,8 @@ class TensorSnapshot(ValueRecord):
         container: module type names from the root to the owning module (``("Net", "Linear")``);
             adapters key on the last one.
         param_id: the parameter's u64 identity (burnpack ``param_id``), when the source has one.
+        stored: the quantized blocks behind the values, for a source that stores them so
+            (GGUF); see `stored_blocks`.
     """
 
     path: tuple[str, ...]
@@ -66,6 +105,7 @@ class TensorSnapshot(ValueRecord):
     load: ArrayLoader = field(repr=False, compare=False)
     container: tuple[str, ...] = ()
     param_id: int | None = None
+    stored: StoredBlocks | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_array(
@@ -111,8 +151,9 @@ class TensorSnapshot(ValueRecord):
         """The same tensor under another dotted name."""
         # Not `replace`: renaming runs once per tensor on every remapped load.
         return type(self)(
-            tuple(name.split(".")), self.dtype, self.shape, self.load, self.container, self.param_id
-        )
+            tuple(name.split(".")), self.dtype, self.shape, self.load, self.container,
+            self.param_id, self.stored,
+        )  # fmt: skip
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """Produce the data, checked against the declared shape.
@@ -151,7 +192,26 @@ def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
             for info in (describe(name),)
         ]
     partial, split = ReaderLoad, str.split
-    return [
+    snapshots = [
         TensorSnapshot(tuple(split(name, ".")), dtype, shape, partial(get, name), (), param_id)
         for name, dtype, shape, param_id in infos
     ]
+    encoding_of = getattr(reader, "stored_encoding", None)  # GGUF's quantized tensors
+    if encoding_of is None:
+        return snapshots
+    return [
+        _with_blocks(reader, snapshot, encoding_of(snapshot.full_path)) for snapshot in snapshots
+    ]
+
+
+def _with_blocks(reader: Any, snapshot: TensorSnapshot, encoding: str | None) -> TensorSnapshot:
+    if encoding is None:
+        return snapshot
+    name = snapshot.full_path
+    stored = StoredBlocks(
+        encoding,
+        functools.partial(reader.get_raw, name),
+        lambda dtype: reader.get(name, dtype),
+        snapshot.load,
+    )
+    return snapshot.replace(stored=stored)

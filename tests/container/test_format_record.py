@@ -30,7 +30,7 @@ from tests.pytorch_reader._support import (
     pickle_of,
     write_zip,
 )
-from weightstore import burnpack, formats, safetensors
+from weightstore import burnpack, formats, gguf, safetensors
 from weightstore.container._format import ContainerFormat
 from weightstore.entry import TensorEntry
 from weightstore.sets import LAYOUTS, layout_for
@@ -129,6 +129,10 @@ def _small_file(fmt: ContainerFormat, tmp_path: Path) -> Path:
     if fmt is safetensors.FORMAT:
         path = tmp_path / "m.safetensors"
         safetensors.write_file(path, entries)
+        return path
+    if fmt is gguf.FORMAT:
+        path = tmp_path / "m.gguf"
+        gguf.GgufWriter(entries).save(path)
         return path
     tensor = op_tensor(op_storage("0", WEIGHT.size), 0, WEIGHT.shape, (3, 1))
     return write_zip(tmp_path / "m.pt", pickle_of(op_dict([(op_str("w"), tensor)])),

@@ -29,7 +29,7 @@ from tests.pytorch_reader._support import (
     pickle_of,
     write_zip,
 )
-from weightstore import burnpack, safetensors
+from weightstore import burnpack, gguf, safetensors
 from weightstore.dtypes import from_numpy
 from weightstore.entry import TensorEntry
 from weightstore.errors import TensorNotFoundError
@@ -38,7 +38,7 @@ from weightstore.formats import FORMATS, ContainerFormat
 TENSORS: dict[str, np.ndarray[Any, Any]] = {
     "a": np.arange(6, dtype="<f4").reshape(2, 3),
     "b": np.array([1, -2], dtype="<i8"),
-    "c": np.arange(12, dtype=np.uint8).reshape(3, 4),
+    "c": np.arange(12, dtype=np.int8).reshape(3, 4),  # int8: GGUF has no uint8 type
 }
 FILE_ORDER = ["a", "b", "c"]  # the order entries go to the writers
 USER_METADATA = {"producer": "contract", "k": "v"}
@@ -69,7 +69,7 @@ def _safetensors(path: Path) -> Made:
     return Made(USER_METADATA, sorted(header, key=lambda name: header[name]["data_offsets"]))
 
 
-_STORAGE_CLASS = {"<f4": "FloatStorage", "<i8": "LongStorage", "|u1": "ByteStorage"}
+_STORAGE_CLASS = {"<f4": "FloatStorage", "<i8": "LongStorage", "|i1": "CharStorage"}
 
 
 def _pytorch(path: Path) -> Made:
@@ -87,8 +87,15 @@ def _pytorch(path: Path) -> Made:
     return Made(layout_facts, FILE_ORDER)
 
 
+def _gguf(path: Path) -> Made:
+    path.write_bytes(gguf.GgufWriter(_entries(), USER_METADATA).to_bytes())
+    return Made(USER_METADATA, FILE_ORDER)  # GGUF writes entries in the order given
+
+
 Maker = Callable[[Path], Made]
-MAKERS: dict[str, Maker] = {"burnpack": _burnpack, "safetensors": _safetensors, "pytorch": _pytorch}
+MAKERS: dict[str, Maker] = {
+    "burnpack": _burnpack, "safetensors": _safetensors, "pytorch": _pytorch, "gguf": _gguf,
+}  # fmt: skip
 """Format name -> writes `TENSORS` to a path and says what it wrote."""
 
 

@@ -60,7 +60,7 @@ from weightstore.cli._text import plural, printable
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
 from weightstore.io import is_url
-from weightstore.snapshot import TensorSnapshot
+from weightstore.snapshot import TensorSnapshot, stored_blocks
 from weightstore.stores import Store, StoreOptions
 
 __all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
@@ -416,4 +416,7 @@ def _counted(snapshot: TensorSnapshot, progress: Progress) -> TensorSnapshot:
         progress.advance(snapshot.nbytes)
         return array
 
-    return snapshot.replace(load=counted)
+    stored = stored_blocks(snapshot)  # the counter reads the same values
+    return snapshot.replace(
+        load=counted, stored=None if stored is None else stored.rebound(counted)
+    )

@@ -45,10 +45,19 @@ def _open_static(buffer: Any) -> GgufReader:
     return _reader().from_static(buffer)
 
 
-def _store_writer(entries: Iterable[TensorEntry], metadata: Mapping[str, Any]) -> GgufWriter:
+def _store_writer(
+    entries: Iterable[TensorEntry], metadata: Mapping[str, Any], quantize: str | None = None
+) -> GgufWriter:
+    """A writer for a store save: the store's string metadata pairs become string values,
+    except ``general.alignment``, which GGUF types as an integer."""
+    from weightstore.gguf._layout import ALIGNMENT_KEY, GgufValue, ValueType
     from weightstore.gguf._writer import GgufWriter
 
-    return GgufWriter(entries, metadata)
+    typed = dict(metadata)
+    alignment = typed.get(ALIGNMENT_KEY)
+    if isinstance(alignment, str) and alignment.isdigit():
+        typed[ALIGNMENT_KEY] = GgufValue(ValueType.UINT32, int(alignment))
+    return GgufWriter(entries, typed, quantize=quantize)
 
 
 FORMAT = ContainerFormat(
@@ -62,7 +71,9 @@ FORMAT = ContainerFormat(
     open_static=_open_static,
     writer=_store_writer,
     # No sharded sets of ours (split GGUF files are their own layout), so no shard options.
-    store_options=LOAD_OPTIONS | (SAVE_OPTIONS - {"max_shard_size", "index_tensor_digests"}),
+    store_options=(
+        LOAD_OPTIONS | (SAVE_OPTIONS - {"max_shard_size", "index_tensor_digests"}) | {"quantize"}
+    ),
     set_layout=None,  # split models name their parts themselves (`_split`), with no index
     summarizer="weightstore.cli._report_gguf:summarize_gguf",
     holds_foreign_objects=False,

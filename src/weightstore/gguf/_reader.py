@@ -184,6 +184,13 @@ class GgufReader(ContainerReader[GgufTensorInfo]):
         items = decode_array(self._source, value, self.byte_order)
         return GgufValue(ValueType.ARRAY, items, value.element_type)
 
+    def stored_encoding(self, name: str) -> str | None:
+        """The ggml type name of a quantized tensor, None for a plain one: a store's snapshot
+        carries the blocks behind its values (`weightstore.snapshot.StoredBlocks`), so a
+        GGUF-to-GGUF save copies them and a load decodes them straight to the model's dtype."""
+        ggml = self.descriptor(name).ggml
+        return ggml.name if ggml.quantized else None
+
     def ggml_type(self, name: str) -> GgmlType:
         """The ggml type tensor `name` is stored in."""
         return self.descriptor(name).ggml

@@ -406,6 +406,23 @@ class Store:
         loads and `get` read without hashing (docs/integrity.md)."""
         return self._with(verify_digests=verify)
 
+    def with_quantize(self: StoreT, ggml_type: str | None) -> StoreT:
+        """Quantize float tensors of two or more dims to `ggml_type` (``"q8_0"`` or
+        ``"q4_0"``, bit-exact with gguf-py) on save; tensors whose rows are not whole
+        32-element blocks, and 1-D ones (norms, biases, as llama.cpp keeps them), stay as they
+        are, and tensors read quantized from a GGUF file keep their blocks. None: no quantizing.
+        GGUF stores only (docs/gguf.md).
+
+        Raises:
+            InvalidOptionError: another type, or a format that stores no quantized blocks.
+        """
+        if ggml_type is not None and ggml_type.upper() not in ("Q8_0", "Q4_0"):
+            raise InvalidOptionError(
+                f"quantize to {ggml_type!r}: weightstore quantizes to q8_0 or q4_0",
+                option="quantize",
+            )
+        return self._with(quantize=None if ggml_type is None else ggml_type.upper())
+
     def with_variant(self: StoreT, name: str | None) -> StoreT:
         """Read and write a sharded set's variant, as transformers' ``variant=`` names it:
         ``model.fp16-00001-of-00002.safetensors`` and ``model.safetensors.index.fp16.json``

@@ -9,11 +9,11 @@ from-adapter is the identity, since our models are PyTorch already.
 
 from __future__ import annotations
 
-from weightstore import burnpack, pytorch_reader, safetensors
+from weightstore import burnpack, gguf, pytorch_reader, safetensors
 from weightstore.stores._base import Store
 from weightstore.stores._options import StoreOptions
 
-__all__ = ["BurnpackStore", "PytorchStore", "SafetensorsStore"]
+__all__ = ["BurnpackStore", "GgufStore", "PytorchStore", "SafetensorsStore"]
 
 
 class BurnpackStore(Store):
@@ -49,3 +49,14 @@ class PytorchStore(Store):
     @classmethod
     def _defaults(cls) -> StoreOptions:
         return StoreOptions(map_indices_contiguous=True, skip_enum_variants=True)
+
+
+class GgufStore(Store):
+    """GGUF files (llama.cpp's), in a file or in memory; loads and saves.
+
+    A quantized tensor loads dequantized to its model parameter's float dtype (bf16 stays
+    bf16); saves write plain types, quantize with `with_quantize`, and keep the blocks of
+    tensors read quantized from a GGUF file (docs/gguf.md).
+    """
+
+    FORMAT = gguf.FORMAT

@@ -88,10 +88,16 @@ def write_snapshots(
         )
     from weightstore.entry import TensorEntry
     from weightstore.io._atomic import write_atomic
+    from weightstore.snapshot import stored_blocks
 
     entries = [
-        TensorEntry(s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id) for s in snapshots
-    ]
+        TensorEntry(
+            s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id,
+            blocks=None if stored is None else (stored.encoding, stored.read_blocks),
+        )
+        for s in snapshots
+        for stored in (stored_blocks(s),)
+    ]  # fmt: skip
     metadata = save_metadata(options.metadata, fmt, framework)
     directory = _set_directory(fmt, path, options, storage_options)
     if directory is not None:
@@ -107,7 +113,9 @@ def write_snapshots(
 
         digests = tensor_digests(options.digests, entries)
         metadata[DIGESTS_KEY] = encode_digests(options.digests, digests)
-    writer = fmt.writer(entries, metadata)
+    # Options only some writers take (store_options says which formats honour them).
+    writer_options = {} if options.quantize is None else {"quantize": options.quantize}
+    writer = fmt.writer(entries, metadata, **writer_options)
     if path is not None:
         # The store has already applied the extension rule (or auto_extension(False)).
         target = file_path(fmt, path, options, for_write=True)

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from weightstore.bridge import bridge_for, source_for
 from weightstore.bridge._model import ReachingBridge
 from weightstore.dtypes import DType, can_cast_exactly
-from weightstore.errors import RemapCollisionError
+from weightstore.errors import RemapCollisionError, SnapshotLoadError
 from weightstore.report import ApplyError, ApplyResult
-from weightstore.snapshot import TensorSnapshot
+from weightstore.snapshot import StoredBlocks, TensorSnapshot, stored_blocks
 from weightstore.transfer._plan import (
     LoadOutcome,
     LoadPlan,
@@ -378,7 +378,7 @@ def _prepare(
         # Adapters see the model's name and module types, as the target expects them.
         seen = TensorSnapshot(
             tuple(target.path.split(".")), snapshot.dtype, snapshot.shape, snapshot.load,
-            target.container, snapshot.param_id,
+            target.container, snapshot.param_id, snapshot.stored,
         )  # fmt: skip
         snapshot = adapter.adapt_for_load(seen, target.dtype)
     if snapshot.shape != target.shape:
@@ -386,13 +386,37 @@ def _prepare(
     # Table rows are shared objects, so `is` settles the usual case without the dataclass's
     # field-by-field comparison.
     same = snapshot.dtype is target.dtype or snapshot.dtype == target.dtype
-    if dtype_policy == "exact" and not same and not can_cast_exactly(snapshot.dtype, target.dtype):
+    stored = stored_blocks(snapshot)
+    decodes = stored is not None and not same and target.dtype.kind == "f"
+    if (
+        dtype_policy == "exact"
+        and not same
+        and not decodes
+        and not can_cast_exactly(snapshot.dtype, target.dtype)
+    ):
         return ApplyError.dtype_mismatch(target.path, target.dtype.name, snapshot.dtype.name)
+    if decodes and stored is not None:
+        # Quantized blocks have no float dtype of their own: they decode to the model's.
+        read = functools.partial(_decoded_as, snapshot, stored, target.dtype)
+        return PendingTensor(read, target.dtype, param_id)
     if same or dtype_policy == "from_record":
         return PendingTensor(snapshot.to_numpy, snapshot.dtype, param_id)
     return PendingTensor(
         functools.partial(_read_as, snapshot, target.dtype), target.dtype, param_id
     )
+
+
+def _decoded_as(
+    snapshot: TensorSnapshot, stored: StoredBlocks, dtype: DType
+) -> np.ndarray[Any, Any]:
+    """A quantized snapshot's values decoded straight to `dtype`, checked for its shape."""
+    array: np.ndarray[Any, Any] = stored.read_as(dtype)
+    if tuple(array.shape) != snapshot.shape:
+        raise SnapshotLoadError(
+            f"source produced shape {list(array.shape)}, declared {list(snapshot.shape)}",
+            tensor=snapshot.full_path,
+        )
+    return array
 
 
 def _read_as(snapshot: TensorSnapshot, dtype: DType) -> np.ndarray[Any, Any]:
