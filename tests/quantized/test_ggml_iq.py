@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from tests._optional import need
 from weightstore.errors import DescriptorError, DTypeError
-from weightstore.quantized._ggml_iq import IQ_KERNELS
+from weightstore.quantized._ggml_iq import _CHUNK_ELEMENTS, IQ_KERNELS
 from weightstore.quantized._ggml_iq_grids import grid
 from weightstore.quantized._ggml_types import GGML_TYPES_BY_NAME
 
@@ -82,6 +82,14 @@ def test_bit_exact_with_gguf_py(gguf: ModuleType, name: str, n_blocks: int) -> N
     gtype = GGML_TYPES_BY_NAME[name]
     assert ours.shape == (n_blocks, gtype.block_size)
     _assert_same_bits(ours, _oracle(gguf, name, blocks))
+
+
+@pytest.mark.parametrize("name", IQ_TYPES)
+def test_bit_exact_across_chunks(gguf: ModuleType, name: str) -> None:
+    """Over two chunks and a part, so every chunk boundary lands where it should."""
+    n_blocks = 2 * _CHUNK_ELEMENTS // GGML_TYPES_BY_NAME[name].block_size + 5
+    blocks = _random_blocks(name, n_blocks, seed=11)
+    _assert_same_bits(IQ_KERNELS[name](blocks), _oracle(gguf, name, blocks))
 
 
 @pytest.mark.parametrize("name", IQ_TYPES)
