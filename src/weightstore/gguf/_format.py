@@ -60,6 +60,7 @@ def _store_writer(
     return GgufWriter(entries, typed, quantize=quantize)
 
 
+# This format as the registry (weightstore.formats) and the stores see it.
 FORMAT = ContainerFormat(
     name="gguf",
     title="GGUF",

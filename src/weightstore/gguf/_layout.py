@@ -44,11 +44,11 @@ __all__ = [
     "ValueType",
 ]
 
-MAGIC: Final = b"GGUF"
-EXTENSION: Final = "gguf"
+MAGIC: Final = b"GGUF"  # the first four bytes of every GGUF file, in either byte order
+EXTENSION: Final = "gguf"  # the usual suffix; never appended to a path
 VERSIONS: Final = (2, 3)  # version 1 (2023, u32 counts) is long gone from every runtime
-DEFAULT_ALIGNMENT: Final = 32
-ALIGNMENT_KEY: Final = "general.alignment"
+DEFAULT_ALIGNMENT: Final = 32  # bytes; tensor data alignment when the file names none
+ALIGNMENT_KEY: Final = "general.alignment"  # the metadata key that changes the alignment
 # What llama.cpp wrote before GGUF, by its first bytes: a clear "legacy GGML" refusal.
 
 MAX_TENSOR_COUNT: Final = 2**20

@@ -101,6 +101,7 @@ GGML_TYPES: Final = MappingProxyType(_table())
 removed from ggml and hold no type today; a file naming one is refused."""
 
 GGML_TYPES_BY_NAME: Final = MappingProxyType({t.name: t for t in GGML_TYPES.values()})
+"""The same types by ggml name (``"Q4_K"``)."""
 
 
 def ggml_type(type_id: int, *, path: str | None = None, tensor: str | None = None) -> GgmlType:
