@@ -76,6 +76,8 @@ def test_a_quantized_tensor_loads_in_the_models_dtype(tmp_path: Path) -> None:
     }
     result = GgufStore.from_file(source).apply_to(model)
     assert result.is_success(), result
+    assert result.quantized == {"fc.weight": "Q8_0"}  # the report names the source's type
+    assert "Decoded from quantized:     1 tensor (Q8_0 x1)" in str(result)
     assert model["fc"]["weight"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(model["fc"]["weight"], values.astype(ml_dtypes.bfloat16))
     f32_model = {"fc": {"weight": np.zeros((4, 64), np.float32), "bias": np.zeros(4, np.float32)}}

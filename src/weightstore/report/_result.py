@@ -136,11 +136,13 @@ class ApplyResult:
         top_level_key: set by a store that can read a checkpoint under a top-level key and
             checked that the file has the key `prefix_change` points at; the summary then
             suggests ``.with_top_level_key(key)`` instead of a key remapping.
+        quantized: for each applied path whose source tensor is stored quantized (a GGUF
+            file's Q4_K...), the source's encoding; its values were decoded on the way.
     """
 
     # Written out by hand, not a dataclass, for the same reason as `ApplyError`.
     __slots__ = (
-        "applied", "errors", "held_back", "missing", "refused", "skipped", "source",
+        "applied", "errors", "held_back", "missing", "quantized", "refused", "skipped", "source",
         "top_level_key", "unused",
     )  # fmt: skip
 
@@ -155,6 +157,7 @@ class ApplyResult:
         refused: LoadFailure | None = None,
         source: str | None = None,
         top_level_key: str | None = None,
+        quantized: dict[str, str] | None = None,
     ) -> None:
         # Each result gets lists of its own, as the dataclass's default factories gave it.
         self.applied: list[str] = [] if applied is None else applied
@@ -166,11 +169,12 @@ class ApplyResult:
         self.refused: LoadFailure | None = refused
         self.source: str | None = source
         self.top_level_key: str | None = top_level_key
+        self.quantized: dict[str, str] = {} if quantized is None else quantized
 
     def _fields(self) -> tuple[object, ...]:
         return (
             self.applied, self.skipped, self.missing, self.unused, self.errors, self.held_back,
-            self.refused, self.source, self.top_level_key,
+            self.refused, self.source, self.top_level_key, self.quantized,
         )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -182,7 +186,7 @@ class ApplyResult:
 
     def __repr__(self) -> str:
         names = ("applied", "skipped", "missing", "unused", "errors", "held_back", "refused",
-                 "source", "top_level_key")  # fmt: skip
+                 "source", "top_level_key", "quantized")  # fmt: skip
         values = self._fields()
         pairs = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
         return f"ApplyResult({pairs})"

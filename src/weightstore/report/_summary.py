@@ -17,7 +17,8 @@ and `count`, without either importing the other back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 __all__ = [
@@ -112,6 +113,11 @@ class Summarized(Protocol):
         under it; None otherwise."""
         ...
 
+    @property
+    def quantized(self) -> Mapping[str, str]:
+        """Applied paths decoded from quantized source blocks, and each one's encoding."""
+        ...
+
     def prefix_change(self) -> SummarizedChange | None:
         """The prefix change that explains most missing paths, if one does."""
         ...
@@ -177,6 +183,11 @@ def _counts_lines(result: Summarized) -> list[str]:
         f"│ ? In source, unused by model: {count(len(result.unused), 'tensor')}",
         f"│ ! Errors:                     {count(len(result.errors), 'error')}",
     ]
+    if result.quantized:
+        kinds = Counter(result.quantized.values())
+        by_kind = ", ".join(f"{kind} x{number:,}" for kind, number in sorted(kinds.items()))
+        lines.append(f"│ ≈ Decoded from quantized:     {count(len(result.quantized), 'tensor')}"
+                     f" ({by_kind})")  # fmt: skip
     if result.refused is not None:
         lines.append(
             f"│ ⏸ Held back:                  {count(len(result.held_back), 'tensor')} (the load "

@@ -214,6 +214,9 @@ def apply(
     else:
         result = _report(targets, aliases, index, matching, outcome)
     result.source = source_path
+    if matching.quantized:
+        loaded = set(result.applied)
+        result.quantized = {p: kind for p, kind in matching.quantized.items() if p in loaded}
     return result
 
 
@@ -222,9 +225,10 @@ class _Matching:
 
     A plain class: generating a dataclass costs ~0.4 ms at import, in a load's time."""
 
-    __slots__ = ("errors", "plan", "skipped", "used")
+    __slots__ = ("errors", "plan", "quantized", "skipped", "used")
 
     def __init__(self) -> None:
+        self.quantized: dict[str, str] = {}  # model path -> its source's quantized encoding
         self.plan = LoadPlan({})
         self.used: set[str] = set()  # source names matched to a model path
         self.skipped: set[str] = set()  # model paths the filter excludes
@@ -256,6 +260,8 @@ def _match(
                 matching.errors[target.path] = prepared
             else:
                 tensors[target.path] = prepared
+                if snapshot.stored is not None:
+                    matching.quantized[target.path] = snapshot.stored.encoding
     paths = {target.path for target in targets}
     spare = {
         name: index.by_key[key].to_numpy
