@@ -131,3 +131,44 @@ def test_quantize_is_a_gguf_option_of_two_types(tmp_path: Path) -> None:
         GgufStore.from_file(tmp_path / "a.gguf").with_quantize("q4_k")
     with pytest.raises(InvalidOptionError, match="no option 'quantize'"):
         SafetensorsStore.from_file(tmp_path / "a.safetensors").with_quantize("q8_0")
+
+
+def test_convert_keeps_metadata_types_gguf_to_gguf(tmp_path: Path) -> None:
+    from weightstore import cli
+    from weightstore.gguf import GgufValue, ValueType
+
+    source = tmp_path / "typed.gguf"
+    metadata = {
+        "general.architecture": GgufValue(ValueType.STRING, "llama"),
+        "llama.block_count": GgufValue(ValueType.UINT32, 32),
+        "llama.rope.freq_base": GgufValue(ValueType.FLOAT32, 10000.0),
+        "tokenizer.ggml.tokens": GgufValue(ValueType.ARRAY, ["a", "b"], ValueType.STRING),
+    }
+    entries = [TensorEntry.from_array("w", np.ones((2, 32), np.float32))]
+    GgufWriter(entries, metadata).save(source)
+    target = tmp_path / "copy.gguf"
+    assert cli.main(["convert", str(source), str(target), "--quiet"]) == 0
+    with GgufReader.from_file(target) as reader:
+        assert reader.metadata_typed() == metadata  # uint32 stays uint32, arrays stay arrays
+    into_safetensors = tmp_path / "out.safetensors"
+    assert cli.main(["convert", str(source), str(into_safetensors), "--quiet"]) == 0
+    from weightstore.safetensors import SafetensorsReader
+
+    with SafetensorsReader.from_file(into_safetensors) as converted:
+        carried = converted.metadata()
+    assert carried["llama.block_count"] == "32"  # scalars as strings
+    assert "tokenizer.ggml.tokens" not in carried  # arrays stay behind
+
+
+def test_with_metadata_takes_typed_values_for_gguf_only(tmp_path: Path) -> None:
+    from weightstore.gguf import GgufValue, ValueType
+
+    path = tmp_path / "m.gguf"
+    store = GgufStore.from_file(path).with_metadata("llama.block_count", 2)
+    store = store.with_metadata("exact", GgufValue(ValueType.UINT16, 5))
+    save_into({"w": np.zeros((2, 32), np.float32)}, store)
+    with GgufReader.from_file(path) as reader:
+        assert reader.metadata_value("llama.block_count") == GgufValue(ValueType.INT32, 2)
+        assert reader.metadata_value("exact") == GgufValue(ValueType.UINT16, 5)
+    with pytest.raises(InvalidOptionError, match="str -> str"):
+        SafetensorsStore.from_file(tmp_path / "m.safetensors").with_metadata("n", 2)  # type: ignore[arg-type]

@@ -76,4 +76,5 @@ FORMAT = ContainerFormat(
     carries_framework_metadata=False,  # Burn's ``format`` is the container's name
     native_framework=None,  # Burn's files say nothing a framework field can name
     reader_releases_pages=False,
+    typed_metadata=False,
 )

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         with about(args.src):
             source = source_for(source_store)
             assert isinstance(source, ModelFreeSource)  # a store always reads as one
-            metadata = _carried_metadata(source_store)
+            metadata = _carried_metadata(source_store, fmt)
             reader = _releasing_reader(source_store, args)
             read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
             snapshots = _owned(read, adapter, args)
@@ -229,7 +229,7 @@ def _write(
     args: argparse.Namespace,
     fmt: ContainerFormat,
     adapter: Adapter | None,
-    metadata: dict[str, str],
+    metadata: dict[str, Any],
     source: ModelFreeSource,
     snapshots: list[TensorSnapshot],
 ) -> int:
@@ -365,12 +365,22 @@ def _owned(
     return typed_for_command(snapshots, adapter, args.module_type or (), _flags(args), config)
 
 
-def _carried_metadata(store: Store) -> dict[str, str]:
+def _carried_metadata(store: Store, destination: ContainerFormat) -> dict[str, Any]:
     """The source's own metadata pairs, less those describing the writer. A read-only format's
-    `metadata` (PyTorch's) is facts about its layout, not pairs to carry."""
+    `metadata` (PyTorch's) is facts about its layout, not pairs to carry. Typed values (GGUF's)
+    stay typed into a format that types them; into a string format their scalars become
+    strings and their arrays (a tokenizer's vocabulary) stay behind."""
     if not store.format.writable:
         return {}
-    pairs = store.read_metadata()
+    pairs: dict[str, Any]
+    if store.format.typed_metadata:
+        typed = store.read_typed_metadata()
+        if destination.typed_metadata:
+            pairs = dict(typed)
+        else:
+            pairs = {k: str(v.value) for k, v in typed.items() if not isinstance(v.value, list)}
+    else:
+        pairs = store.read_metadata()
     return {k: v for k, v in pairs.items() if k not in _WRITER_METADATA}
 
 
@@ -378,7 +388,7 @@ def _destination(
     args: argparse.Namespace,
     fmt: ContainerFormat,
     adapter: Adapter | None,
-    metadata: dict[str, str],
+    metadata: dict[str, Any],
 ) -> Store:
     """The store DST is written through, every option of the command line set on it; a bad
     option's error names the flag."""

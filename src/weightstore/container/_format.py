@@ -172,6 +172,9 @@ class ContainerFormat(Record):
         reader_releases_pages: whether its file reader has ``release(name)``, which lets a
             tensor's mapped pages go once it is used, so a conversion streams a file larger
             than memory (the PyTorch reader's); the others keep their mapping to the end.
+        typed_metadata: whether its metadata values are typed (GGUF's integers, floats,
+            bools, arrays), so a store's metadata may hold such values and a save keeps them;
+            False where metadata is string pairs.
 
     A `Record`, compared by identity (each format has one). Every argument is a required
     keyword: a record cannot leave a fact unset (tests/container/test_format_record.py checks
@@ -194,6 +197,7 @@ class ContainerFormat(Record):
     carries_framework_metadata: bool
     native_framework: str | None
     reader_releases_pages: bool
+    typed_metadata: bool
 
     def __init__(
         self,
@@ -214,11 +218,12 @@ class ContainerFormat(Record):
         carries_framework_metadata: bool,
         native_framework: str | None,
         reader_releases_pages: bool,
+        typed_metadata: bool,
     ) -> None:
         super().__init__(
             name, title, extensions, sniff, open_file, default_extension, open_bytes,
             open_static, writer, store_options, set_layout, summarizer, holds_foreign_objects,
-            carries_framework_metadata, native_framework, reader_releases_pages,
+            carries_framework_metadata, native_framework, reader_releases_pages, typed_metadata,
         )  # fmt: skip
 
     def load_summarizer(self) -> Callable[[str, dict[str, Any]], Any]:

@@ -81,4 +81,5 @@ FORMAT = ContainerFormat(
     carries_framework_metadata=False,
     native_framework=None,  # llama.cpp's converters write it from every framework
     reader_releases_pages=False,
+    typed_metadata=True,  # GGUF values are typed: an integer stays an integer
 )

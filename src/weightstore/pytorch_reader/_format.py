@@ -73,4 +73,5 @@ FORMAT = ContainerFormat(
     carries_framework_metadata=False,  # no metadata pairs: its "metadata" is layout facts
     native_framework="pt",
     reader_releases_pages=True,  # PytorchReader.release
+    typed_metadata=False,
 )

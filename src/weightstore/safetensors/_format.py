@@ -87,4 +87,5 @@ FORMAT = ContainerFormat(
     carries_framework_metadata=True,  # ``format``: "pt", "tf", "flax" or "mlx"
     native_framework=None,  # every framework writes it; the file's ``format`` says which
     reader_releases_pages=False,
+    typed_metadata=False,
 )

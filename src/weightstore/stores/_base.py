@@ -109,8 +109,10 @@ class Store:
     def _defaults(cls) -> StoreOptions:
         """The options a new store of this format starts with."""
         fmt = cls._format()
-        metadata = default_metadata(fmt.name) if fmt.writable else {}
-        return StoreOptions(metadata=metadata)
+        # GGUF's typed keys describe the model (general.*, llama.*); its writers add no pairs
+        # of their own, and neither does a GGUF store.
+        marks = fmt.writable and not fmt.typed_metadata
+        return StoreOptions(metadata=default_metadata(fmt.name) if marks else {})
 
     @classmethod
     def _format(cls) -> ContainerFormat:
@@ -286,15 +288,19 @@ class Store:
         """
         return self._with(durable=durable)
 
-    def with_metadata(self: StoreT, key: str, value: str) -> StoreT:
-        """Add a metadata pair to saves (the same key replaces the earlier value).
+    def with_metadata(self: StoreT, key: str, value: Any) -> StoreT:
+        """Add a metadata pair to saves (the same key replaces the earlier value). A format
+        with typed metadata (GGUF) also takes ints, floats, bools, lists of them and
+        `weightstore.gguf.GgufValue` (docs/gguf.md); the others, strings only.
 
         Raises:
             InvalidOptionError: the key or value is not a `str`.
         """
-        if not isinstance(key, str) or not isinstance(value, str):
+        typed = self._format().typed_metadata and _typed_value(value)
+        if not isinstance(key, str) or not (isinstance(value, str) or typed):
+            what = "str -> str or a GGUF value" if self._format().typed_metadata else "str -> str"
             raise InvalidOptionError(
-                f"metadata must be str -> str, got {key!r}: {value!r}", option="metadata"
+                f"metadata must be {what}, got {key!r}: {value!r}", option="metadata"
             )
         return self._with(metadata={**self._options.metadata, key: value})
 
@@ -502,6 +508,17 @@ class Store:
         `SetReader.metadata`)."""
         return {key: str(value) for key, value in self.reader().metadata().items()}
 
+    def read_typed_metadata(self) -> dict[str, Any]:
+        """The source's metadata with its types, for a format that types it (GGUF:
+        `weightstore.gguf.GgufValue` values, arrays decoded now); the strings of
+        `read_metadata` for the others."""
+        reader = self.reader()
+        typed = getattr(reader, "metadata_typed", None)
+        if not self._format().typed_metadata or typed is None:
+            return self.read_metadata()
+        values: dict[str, Any] = typed()
+        return values
+
     def set_report(self) -> SetReport | None:
         """What a store over a sharded set leaves out: files in the directory that are not the
         set's (a stale single file, stray shards, other variants or formats) and tensors the
@@ -707,6 +724,16 @@ class Store:
     def __repr__(self) -> str:
         source = self._path if self._path is not None else "<memory>"
         return f"{type(self).__name__}({source!r})"
+
+
+def _typed_value(value: object) -> bool:
+    """A value a typed-metadata format can hold: a scalar, a list of them, or a value that
+    carries its own type (`GgufValue`, which the writer checks)."""
+    if isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_typed_value(item) for item in value)
+    return hasattr(value, "type") and hasattr(value, "value")
 
 
 def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:

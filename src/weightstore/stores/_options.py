@@ -37,7 +37,7 @@ class StoreOptions(ValueRecord):
     allow_partial: bool = False
     validate: bool = True
     overwrite: bool = False
-    metadata: Mapping[str, str] = _NO_METADATA
+    metadata: Mapping[str, Any] = _NO_METADATA  # str values, or typed ones for GGUF
     skip_enum_variants: bool = False
     map_indices_contiguous: bool = False
     map_indices_except: str | None = None
@@ -62,7 +62,7 @@ class StoreOptions(ValueRecord):
         allow_partial: bool = False,
         validate: bool = True,
         overwrite: bool = False,
-        metadata: Mapping[str, str] | None = None,  # None: no pairs
+        metadata: Mapping[str, Any] | None = None,  # None: no pairs
         skip_enum_variants: bool = False,
         map_indices_contiguous: bool = False,
         map_indices_except: str | None = None,

@@ -47,14 +47,19 @@ def marked_defaults(options: StoreOptions) -> StoreOptions:
 
 
 def save_metadata(
-    metadata: Mapping[str, str], fmt: ContainerFormat, framework: str | None
-) -> dict[str, str]:
+    metadata: Mapping[str, Any], fmt: ContainerFormat, framework: str | None
+) -> dict[str, Any]:
     """The pairs a save writes: the store's, with a default ``format`` replaced by the
     source's framework where the format reads ``format`` so
     (`ContainerFormat.carries_framework_metadata`: transformers refuses a SafeTensors file whose
-    ``format`` is not pt, tf, flax or mlx). Values become plain strings."""
+    ``format`` is not pt, tf, flax or mlx). Values become plain strings, except in a format
+    with typed metadata (GGUF), whose integers stay integers."""
     # Digests describe the bytes of the file they came with; a save computes its own.
-    pairs = {key: str(value) for key, value in metadata.items() if key != DIGESTS_KEY}
+    pairs = {
+        key: value if fmt.typed_metadata and not isinstance(value, str) else str(value)
+        for key, value in metadata.items()
+        if key != DIGESTS_KEY
+    }
     default = isinstance(metadata.get("format"), _DefaultFormat)
     if default and framework is not None and fmt.carries_framework_metadata:
         pairs["format"] = framework
