@@ -172,3 +172,25 @@ def test_with_metadata_takes_typed_values_for_gguf_only(tmp_path: Path) -> None:
         assert reader.metadata_value("exact") == GgufValue(ValueType.UINT16, 5)
     with pytest.raises(InvalidOptionError, match="str -> str"):
         SafetensorsStore.from_file(tmp_path / "m.safetensors").with_metadata("n", 2)  # type: ignore[arg-type]
+
+
+def test_a_save_holds_one_tensor_at_a_time(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    alive: list[weakref.ref[np.ndarray[Any, Any]]] = []
+
+    def produce(index: int) -> np.ndarray[Any, Any]:
+        gc.collect()
+        assert all(ref() is None for ref in alive), f"tensor {index - 1} still held"
+        array = np.full((64, 64), index, np.float32)
+        alive.append(weakref.ref(array))
+        return array
+
+    entries = [
+        TensorEntry(f"t{i}", _f32(), (64, 64), lambda i=i: produce(i)) for i in range(5)
+    ]
+    path = tmp_path / "streamed.gguf"
+    GgufWriter(entries).save(path)
+    with GgufReader.from_file(path) as reader:
+        assert [float(reader.get(f"t{i}")[0, 0]) for i in range(5)] == [0, 1, 2, 3, 4]
