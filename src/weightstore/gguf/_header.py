@@ -42,7 +42,16 @@ from weightstore.gguf._layout import (
 from weightstore.io._source import ByteSource
 from weightstore.quantized import GgmlType, ggml_type
 
-__all__ = ["GgufHeader", "LazyArray", "RawInfo", "decode_array", "decode_text", "parse_header"]
+__all__ = [
+    "ArrayHead",
+    "GgufHeader",
+    "LazyArray",
+    "RawInfo",
+    "decode_array",
+    "decode_head",
+    "decode_text",
+    "parse_header",
+]
 
 _WINDOW: Final = 2**20  # bytes a non-mapping source reads per header window
 _FIXED: Final = 24  # magic, version, tensor_count, kv_count
@@ -57,6 +66,20 @@ class LazyArray(ValueRecord):
     element_type: int
     count: int
     end: int
+
+
+class ArrayHead(ValueRecord):
+    """The first elements of a metadata array and how many it holds: what a listing shows of a
+    256k-token vocabulary without decoding it (nested arrays' heads are `ArrayHead` too)."""
+
+    element_type: int
+    count: int
+    items: list[object]
+
+    @property
+    def type_name(self) -> str:
+        """``"array[string]"``, as `GgufValue.type_name` spells an array."""
+        return GgufValue(ValueType.ARRAY, None, self.element_type).type_name
 
 
 class RawInfo(ValueRecord):
@@ -270,6 +293,37 @@ def decode_array(source: ByteSource, array: LazyArray, byte_order: str) -> list[
     cursor.position = array.offset
     cursor.what = "a GGUF metadata array"
     return _elements(cursor, array.element_type, array.count)
+
+
+def decode_head(source: ByteSource, array: LazyArray, byte_order: str, limit: int) -> ArrayHead:
+    """An array's first `limit` elements, decoding nothing past them (a nested array's elements
+    are heads of their own, each cut at `limit` too)."""
+    cursor = _Cursor(source, byte_order)
+    cursor.position = array.offset
+    cursor.what = "a GGUF metadata array"
+    return _head(cursor, array.element_type, array.count, limit, to_end=False)
+
+
+def _head(cursor: _Cursor, element_type: int, count: int, limit: int, *, to_end: bool) -> ArrayHead:
+    """The head of the array at the cursor; with `to_end`, the cursor is left past the whole
+    array (where the next element of an enclosing array starts). The header's parse checked
+    every length and limit of these bytes already."""
+    shown = min(count, limit)
+    items: list[object]
+    if element_type != ValueType.ARRAY:
+        items = _elements(cursor, element_type, shown)
+        if to_end and element_type in SCALAR_FORMATS:
+            cursor.skip((count - shown) * struct.calcsize(SCALAR_FORMATS[element_type]))
+        elif to_end:
+            _skip_strings(cursor, count - shown, "array")
+        return ArrayHead(element_type, count, items)
+    items = []
+    for index in range(count if to_end else shown):
+        inner_type, inner_count = cursor.u32(), cursor.u64()
+        inner = _head(cursor, inner_type, inner_count, limit, to_end=to_end or index < shown - 1)
+        if index < shown:
+            items.append(inner)
+    return ArrayHead(element_type, count, items)
 
 
 def _elements(cursor: _Cursor, element_type: int, count: int) -> list[object]:

@@ -27,8 +27,15 @@ from weightstore.container._format import PROBE_SIZE
 from weightstore.container._reader import ContainerReader, validate_shape
 from weightstore.container._slice import TensorSlice
 from weightstore.dtypes import DType, from_name
-from weightstore.errors import DTypeError, HeaderError, SliceError
-from weightstore.gguf._header import LazyArray, RawInfo, decode_array, parse_header
+from weightstore.errors import DTypeError, HeaderError, MetadataError, SliceError
+from weightstore.gguf._header import (
+    ArrayHead,
+    LazyArray,
+    RawInfo,
+    decode_array,
+    decode_head,
+    parse_header,
+)
 from weightstore.gguf._layout import MAGIC, GgufValue, ValueType
 from weightstore.io._open import open_source
 from weightstore.io._source import ByteSource, ReadMode
@@ -190,6 +197,21 @@ class GgufReader(ContainerReader[GgufTensorInfo]):
         GGUF-to-GGUF save copies them and a load decodes them straight to the model's dtype."""
         ggml = self.descriptor(name).ggml
         return ggml.name if ggml.quantized else None
+
+    def metadata_head(self, key: str, limit: int) -> ArrayHead:
+        """An array's element type, its count and its first `limit` elements, decoding no
+        more than those (what `weightstore inspect` lists of a vocabulary).
+
+        Raises:
+            KeyError: no such key.
+            MetadataError: the key holds a scalar (`metadata_value` gives it).
+        """
+        value = self._header.kvs[key]
+        if isinstance(value, GgufValue):
+            raise MetadataError(
+                f"metadata {key!r} is a {value.type_name}, not an array", path=self.path
+            )
+        return decode_head(self._source, value, self.byte_order, limit)
 
     def ggml_type(self, name: str) -> GgmlType:
         """The ggml type tensor `name` is stored in."""
