@@ -6,15 +6,20 @@ largest absolute and relative difference (`weightstore.cli._compare`). Values ar
 tensor pair at a time, a slice at a time, so memory holds one pair of (mapped) tensors at most.
 Metadata is not compared: formats keep different pairs.
 
+A GGUF tensor stored in quantized blocks is compared by its dequantized values, against
+another GGUF file's or any other format's tensor; its dtype in the report is its ggml type
+(``Q4_K``), so ``Q8_0 vs F32`` says what each file stores. Two tensors of one ggml type whose
+blocks are byte for byte the same are equal without being dequantized ("identical blocks").
+
 Exit codes: 0 the files hold the same tensors, 1 they differ, 2 a file could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from weightstore.base._record import ValueRecord
 from weightstore.cli._compare import Difference, compare_arrays, compare_bytes
@@ -25,7 +30,7 @@ from weightstore.cli._text import dump_json, json_number, plural, printable
 from weightstore.container._format import ContainerFormat, TensorReader
 from weightstore.errors import DTypeError, InvalidOptionError
 
-__all__ = ["DiffReport", "Side", "add_parser", "compare_files", "run"]
+__all__ = ["DiffReport", "Side", "add_parser", "compare_files", "run", "stored_type"]
 
 
 class Side(ValueRecord):
@@ -49,6 +54,8 @@ class DiffReport:
             differ beyond the tolerance.
         common: tensors both files have. equal: those of one dtype, shape and (within the
             tolerance) values.
+        identical_blocks: ``(name, ggml type)`` for the equal GGUF tensors whose quantized
+            blocks are byte for byte the same, so were not dequantized.
     """
 
     a: Side
@@ -60,6 +67,7 @@ class DiffReport:
     values_differ: list[tuple[str, Difference]] = field(default_factory=list)
     common: int = 0
     equal: int = 0
+    identical_blocks: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def different(self) -> bool:
@@ -132,8 +140,9 @@ def compare_files(
             comparable.append((name, info_a, info_b))
             continue
         report.shape_changed.append((name, list(info_a.shape), list(info_b.shape)))
-        if info_a.dtype.name != info_b.dtype.name:  # no values to compare either
-            report.dtype_changed.append((name, info_a.dtype.name, info_b.dtype.name, None))
+        type_a, type_b = stored_type(info_a), stored_type(info_b)
+        if type_a != type_b:  # no values to compare either
+            report.dtype_changed.append((name, type_a, type_b, None))
     total = sum(a.dtype.nbytes(tuple(a.shape)) for _, a, _ in comparable)
     for reader in (reader_a, reader_b):  # a URL's reader fetches them in large batches
         plan = getattr(reader, "plan_reads", None)
@@ -141,10 +150,52 @@ def compare_files(
             plan([name for name, _, _ in comparable])
     with Progress(total, f"{args.a} vs {args.b}", quiet=args.quiet) as progress:
         for name, info_a, info_b in comparable:
-            _record(report, name, info_a.dtype.name, info_b.dtype.name,
+            type_a, type_b = stored_type(info_a), stored_type(info_b)
+            if type_a == type_b and _same_blocks(reader_a, reader_b, name, progress.advance):
+                report.identical_blocks.append((name, type_a))
+                report.equal += 1
+                continue
+            _record(report, name, type_a, type_b,
                     _compare_one(reader_a, reader_b, name, args, progress.advance))  # fmt: skip
     report.dtype_changed.sort(key=lambda entry: entry[0])
     return report
+
+
+def stored_type(info: Any) -> str:
+    """The type a tensor is stored in: its dtype, or for GGUF's quantized blocks their ggml
+    type (whose dtype is F32, what they dequantize to)."""
+    return str(info.ggml.name) if _quantized(info) else str(info.dtype.name)
+
+
+def _quantized(info: Any) -> bool:
+    return getattr(info, "quantized", False) is True
+
+
+def _same_blocks(
+    reader_a: TensorReader, reader_b: TensorReader, name: str, advance: Callable[[int], None]
+) -> bool:
+    """Whether both tensors are quantized blocks (of one type, checked by the caller) holding
+    the same bytes; read a chunk at a time, never dequantized."""
+    raw_a, raw_b = getattr(reader_a, "get_raw", None), getattr(reader_b, "get_raw", None)
+    if raw_a is None or raw_b is None or not _quantized(reader_a.descriptor(name)):
+        return False  # a plain type: its values are compared as any other format's
+    blocks_a, blocks_b = raw_a(name).reshape(-1), raw_b(name).reshape(-1)
+    if blocks_a.size != blocks_b.size:
+        return False
+    for chunk_a, chunk_b in _chunks(blocks_a, blocks_b):
+        if chunk_a != chunk_b:
+            return False
+        advance(len(chunk_a))
+    return True
+
+
+_BLOCK_CHUNK: Final = 16 * 2**20  # bytes of blocks compared at once
+
+
+def _chunks(a: Any, b: Any) -> Iterator[tuple[bytes, bytes]]:
+    for start in range(0, a.size, _BLOCK_CHUNK):
+        stop = start + _BLOCK_CHUNK
+        yield a[start:stop].tobytes(), b[start:stop].tobytes()
 
 
 def _record(
@@ -172,10 +223,10 @@ def _compare_one(
             array_a = reader_a.get(name)
         with about(args.b):
             array_b = reader_b.get(name)
-    except DTypeError:  # no NumPy form (packed 4-bit floats): compare the stored bytes
-        bytes_a = getattr(reader_a, "get_bytes", None)
+    except DTypeError:  # no NumPy form (packed 4-bit floats, ggml blocks no kernel reads)
+        bytes_a = getattr(reader_a, "get_bytes", None)  # compare the stored bytes
         bytes_b = getattr(reader_b, "get_bytes", None)
-        if reader_a.descriptor(name).dtype.name != reader_b.descriptor(name).dtype.name:
+        if stored_type(reader_a.descriptor(name)) != stored_type(reader_b.descriptor(name)):
             return None
         if bytes_a is None or bytes_b is None:
             raise
@@ -226,6 +277,12 @@ def _text(report: DiffReport) -> str:
         f"max abs diff {_number(d.max_abs)}, max rel diff {_number(d.max_rel)}"
         for name, d in report.values_differ
     ]
+    if report.identical_blocks:
+        kinds = sorted({kind for _, kind in report.identical_blocks})
+        lines.append(
+            f"identical blocks: {plural(len(report.identical_blocks), 'tensor')} "
+            f"({', '.join(kinds)}), equal without dequantizing"
+        )
     if report.different:
         names = len(report.only_in_a) + len(report.only_in_b) + report.common
         lines.append(f"result: different ({report.equal:,} of {names:,} tensors equal)")
@@ -264,6 +321,7 @@ def _json(report: DiffReport, args: argparse.Namespace) -> dict[str, Any]:
         ],
         "shape_changed": [{"name": n, "a": x, "b": y} for n, x, y in report.shape_changed],
         "values_differ": [{"name": n, **_json_values(d)} for n, d in report.values_differ],
+        "identical_blocks": [{"name": n, "type": t} for n, t in report.identical_blocks],
         "equal_tensors": report.equal,
         "atol": args.atol,
         "rtol": args.rtol,

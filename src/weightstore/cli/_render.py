@@ -39,6 +39,8 @@ def _json_row(row: TensorRow) -> dict[str, Any]:
         document["storage"] = row.storage
     if row.chunks is not None:
         document["chunks"] = row.chunks
+    if row.ggml is not None:
+        document["ggml_type"] = row.ggml
     return document
 
 
@@ -56,6 +58,13 @@ def json_document(report: FileReport) -> dict[str, Any]:
         "total_nbytes": report.total_nbytes,
         "total_numel": report.total_numel,
     }
+    if report.layout:
+        document["layout"] = report.layout
+    if any(row.ggml is not None for row in report.tensors):
+        document["ggml_types"] = {
+            name: {"tensors": count, "nbytes": nbytes}
+            for name, (count, nbytes) in _ggml_totals(report.tensors).items()
+        }
     if report.listed_from is not None:
         document["tensors_before_filter"] = report.listed_from
     if report.set is not None:
@@ -156,11 +165,21 @@ def _offset_cell(row: TensorRow) -> str:
     return offset if row.storage is None else f"{printable(row.storage)}:{offset}"
 
 
+def _ggml_totals(rows: list[TensorRow]) -> dict[str, tuple[int, int]]:
+    """GGUF: per ggml type, its tensors and their bytes in the file, by bytes, largest first."""
+    totals: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        if row.ggml is not None:
+            count, nbytes = totals.get(row.ggml, (0, 0))
+            totals[row.ggml] = (count + 1, nbytes + row.nbytes)
+    return dict(sorted(totals.items(), key=lambda item: (-item[1][1], item[0])))
+
+
 def _tensor_lines(report: FileReport) -> list[str]:
     rows = [
         (
             printable(row.name),
-            _dtype_name(row.dtype),
+            row.ggml or _dtype_name(row.dtype),
             "[" + ", ".join(map(str, row.shape)) + "]",
             bounded_int(row.nbytes),
             _offset_cell(row),
@@ -170,7 +189,8 @@ def _tensor_lines(report: FileReport) -> list[str]:
     offset = "storage:offset" if any(row.storage for row in report.tensors) else "offset"
     if any(row.chunks is not None for row in report.tensors):
         offset = "chunks"  # DCP: a whole tensor is pieces of rank files, not one offset
-    return _table(("name", "dtype", "shape", "bytes", offset), rows, right={3, 4})
+    kind = "type" if any(row.ggml is not None for row in report.tensors) else "dtype"
+    return _table(("name", kind, "shape", "bytes", offset), rows, right={3, 4})
 
 
 def _total(report: FileReport) -> str:
@@ -181,7 +201,13 @@ def _total(report: FileReport) -> str:
     shared = ""
     if report.listed_nbytes != report.total_nbytes:  # tied tensors: one storage, two names
         shared = f" (shared storage counted once; {bounded_int(report.listed_nbytes)} listed)"
-    return f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
+    total = f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
+    by_type = _ggml_totals(report.tensors)
+    if not by_type:
+        return total
+    parts = [f"{name}: {plural(n, 'tensor')}, {bounded_int(size)} bytes"
+             for name, (n, size) in by_type.items()]  # fmt: skip
+    return f"{total}\nby type: {'; '.join(parts)}"
 
 
 def _set_lines(summary: SetSummary | None) -> list[str]:
@@ -205,6 +231,16 @@ def _set_lines(summary: SetSummary | None) -> list[str]:
     return lines
 
 
+def _layout_lines(layout: dict[str, Any]) -> list[str]:
+    if not layout:
+        return []
+    pairs = ", ".join(
+        f"{printable(key)} {bounded_int(value) if type(value) is int else _value_text(value)}"
+        for key, value in layout.items()
+    )
+    return [f"layout:   {pairs}"]
+
+
 def render_text(report: FileReport) -> str:
     """The report as a person reads it: format, metadata, objects, a table of tensors, totals."""
     version = f" (version {printable(report.version)})" if report.version else ""
@@ -216,7 +252,8 @@ def render_text(report: FileReport) -> str:
         where,
         f"format:   {report.format}{version}",
         *_set_lines(report.set),
-        *_pairs("metadata:", report.metadata),
+        *_layout_lines(report.layout),
+        *_pairs("metadata:", {**report.metadata, **report.metadata_text}),
         *_pairs("scalars:", report.scalars),
         *_others(report),
         *_suspicious(report.scan),

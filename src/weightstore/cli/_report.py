@@ -4,7 +4,8 @@ Each format of the registry (`weightstore.formats.FORMATS`) names its summarizer
 (`ContainerFormat.summarizer`: the ``summarize_<format>`` functions here); the CLI detects the
 format through the registry and calls the one its record names. The summarizers live here,
 not in their container folders, because a report is the command line's (`FileReport`, and the
-objects scan of `weightstore.cli._objects`), above the container layer.
+objects scan of `weightstore.cli._objects`), above the container layer. GGUF's, with its
+typed metadata and ggml types, has a module of its own (`weightstore.cli._report_gguf`).
 
 A PyTorch checkpoint also holds objects (`ContainerFormat.holds_foreign_objects`): its
 non-tensor entries are listed apart (as short text
@@ -71,6 +72,9 @@ class TensorRow(ValueRecord):
     # DCP: how many chunks (pieces in rank files) the whole tensor is put together from; such
     # a tensor has no one offset, so `inspect` shows this in the offset's place.
     chunks: int | None = None
+    # GGUF: the ggml type it is stored in (``Q4_K``, ``F16``); `dtype` is then what it reads
+    # as (F32 for a quantized type: its dequantized values), `nbytes` its blocks' bytes.
+    ggml: str | None = None
 
     @property
     def numel(self) -> int:
@@ -111,6 +115,11 @@ class FileReport:
     file_size: int
     version: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # values are JSON types
+    # Metadata values as a person reads them, where the JSON value is not (a GGUF array's
+    # type, count and first items); the others print from `metadata`.
+    metadata_text: dict[str, str] = field(default_factory=dict)
+    # Facts of the file's layout that are no metadata pair (GGUF: byte order, alignment).
+    layout: dict[str, Any] = field(default_factory=dict)
     scalars: dict[str, Any] = field(default_factory=dict)
     tensors: list[TensorRow] = field(default_factory=list)
     # Non-tensor entries (PyTorch checkpoints carry configs, epochs, ...): name -> short text,

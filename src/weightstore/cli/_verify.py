@@ -2,9 +2,11 @@
 
 Opening a file through the registry's reader checks its whole structure (header, metadata,
 descriptors, that the tensors tile the data section; for PyTorch the archive, the pickle and
-every tensor's view of its storage). Then each tensor is read through the reader (`get`, or
-the stored bytes for dtypes NumPy cannot hold) and every byte of it touched, one tensor at a
-time. A tensor that fails is reported and the others are still read.
+every tensor's view of its storage; for GGUF every tensor info's size and offset). Then each
+tensor is read through the reader (`get`, or the stored bytes for dtypes NumPy cannot hold; a
+GGUF tensor in quantized blocks as its blocks, `get_raw`, dequantized only for ``--values``)
+and every byte of it touched, one tensor at a time. A tensor that fails is reported and the
+others are still read.
 
 A PyTorch checkpoint whose pickle names globals that would run code
 (`weightstore.pytorch_reader._policy`) fails unless ``--allow-objects``: weightstore ran
@@ -308,12 +310,13 @@ def _read_all(
     plan = getattr(reader, "plan_reads", None)
     if plan is not None:  # a URL's reader then fetches them in large, concurrent batches
         plan(names)
-    total = sum(_nbytes(reader, name) for name in names)
+    judging = values is not None
+    total = sum(_nbytes(reader, name, judging) for name in names)
     with Progress(total, verdict.path, quiet=quiet) as progress:
         for name in names:
             try:
                 with about(verdict.path):
-                    data = _read(reader, name)
+                    data = _read(reader, name, judging)
                     if values is None:
                         nbytes = _touch(data, progress.advance)
                     else:
@@ -361,16 +364,30 @@ def _dtype(reader: TensorReader, name: str) -> Any:
         return None
 
 
-def _nbytes(reader: TensorReader, name: str) -> int:
+def _nbytes(reader: TensorReader, name: str, judging: bool) -> int:
+    """Bytes `_read` hands out for `name`: its blocks for a quantized tensor read raw."""
     try:
-        info = reader.descriptor(name)
-        return info.dtype.nbytes(tuple(info.shape))
+        info: Any = reader.descriptor(name)
+        if _quantized(info) and not judging:
+            return int(info.nbytes)
+        return int(info.dtype.nbytes(tuple(info.shape)))
     except WeightstoreError:  # reported when the tensor is read
         return 0
 
 
-def _read(reader: TensorReader, name: str) -> np.ndarray[Any, Any] | memoryview:
-    """The tensor as the reader gives it, or its stored bytes when NumPy cannot hold it."""
+def _quantized(info: Any) -> bool:
+    """Whether a descriptor is of a tensor stored in quantized blocks (GGUF's Q4_K...)."""
+    return getattr(info, "quantized", False) is True
+
+
+def _read(reader: TensorReader, name: str, judging: bool) -> np.ndarray[Any, Any] | memoryview:
+    """The tensor as the reader gives it, or its stored bytes when NumPy cannot hold it. A
+    quantized tensor is read as its blocks (every byte, digest checked), and dequantized
+    only when its values are judged (``--values``)."""
+    get_raw = getattr(reader, "get_raw", None)
+    if not judging and get_raw is not None and _quantized(reader.descriptor(name)):
+        blocks: np.ndarray[Any, Any] = get_raw(name)
+        return blocks
     try:
         array: np.ndarray[Any, Any] = reader.get(name)
         return array
