@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.cli._support import assert_error, run_cli, write_weights
+from tests.cli._support import assert_error, read_weights, run_cli, write_weights
 from weightstore.cli import main
 from weightstore.cli._report import summarize
 from weightstore.errors import MetadataError
 from weightstore.gguf import GgufReader, GgufWriter, ValueType
 from weightstore.gguf._header import ArrayHead
 from weightstore.io._digest import METADATA_KEY, digest_of, encode_digests
+from weightstore.stores import Store
 
 gguf = pytest.importorskip("gguf")
 
@@ -33,6 +34,19 @@ ROWS, COLUMNS = 4, 64  # the quantized tensor: two Q8_0 blocks per row
 
 def _kernels() -> None:
     pytest.importorskip("weightstore.quantized._ggml_kernels")
+
+
+def _gguf_store() -> type[Store]:
+    """The store that reads and writes GGUF, or skip: the lead adds it to the stores."""
+    found = [store for store in Store.__subclasses__() if store.FORMAT.name == "gguf"]
+    if not found:
+        pytest.skip("no GGUF store in weightstore.stores yet")
+    return found[0]
+
+
+def _with_quantize() -> None:
+    if not hasattr(_gguf_store(), "with_quantize"):
+        pytest.skip("Store has no with_quantize yet")
 
 
 def plain_arrays(seed: int = 0) -> dict[str, np.ndarray[Any, Any]]:
@@ -357,3 +371,100 @@ def test_diff_of_quantized_tensors_compares_dequantized_values(tmp_path: Path) -
         }
     ]
     assert document["identical_blocks"] == [] and document["equal_tensors"] == 4
+
+
+# -- convert -------------------------------------------------------------------------------------
+
+
+def test_quantize_is_parsed_in_either_case(tmp_path: Path) -> None:
+    from weightstore.cli import build_parser
+
+    src, dst = str(tmp_path / "a.safetensors"), str(tmp_path / "b.gguf")
+    args = build_parser().parse_args(["convert", src, dst, "--quantize", "Q8_0"])
+    assert args.quantize == "q8_0"
+    done = run_cli("convert", src, dst, "--quantize", "q5_k")
+    assert_error(done, 2, "--quantize", "invalid choice: 'q5_k'")
+
+
+def test_convert_plain_gguf_to_safetensors_and_back(tmp_path: Path) -> None:
+    _gguf_store()
+    source = write_gguf(tmp_path / "plain.gguf", plain_arrays())
+    out = tmp_path / "plain.safetensors"
+    done = run_cli("convert", source, out)
+    assert done.returncode == 0, done.stderr
+    converted = read_weights(out)
+    for name, array in plain_arrays().items():
+        np.testing.assert_array_equal(converted[name], array)
+    back = tmp_path / "back.gguf"
+    done = run_cli("convert", out, back)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("diff", source, back).returncode == 0
+
+
+def test_convert_quantized_gguf_to_safetensors_dequantizes(tmp_path: Path) -> None:
+    _gguf_store()
+    _kernels()
+    source = model_gguf(tmp_path)
+    with GgufReader.from_file(source) as reader:
+        expected = np.array(reader.get("blk.0.ffn_up.weight"))
+    out = tmp_path / "f32.safetensors"
+    assert run_cli("convert", source, out).returncode == 0
+    np.testing.assert_array_equal(read_weights(out)["blk.0.ffn_up.weight"], expected)
+    half = tmp_path / "f16.safetensors"
+    assert run_cli("convert", source, half, "--dtype", "f16").returncode == 0
+    document = json.loads(run_cli("inspect", half, "--json").stdout)
+    assert {row["dtype"] for row in document["tensors"] if row["name"] != "blk.0.ids"} == {"F16"}
+
+
+def test_convert_gguf_to_gguf_keeps_the_blocks(tmp_path: Path) -> None:
+    _gguf_store()
+    source = model_gguf(tmp_path)
+    copy = tmp_path / "copy.gguf"
+    done = run_cli("convert", source, copy)
+    assert done.returncode == 0, done.stderr
+    done = run_cli("diff", source, copy)
+    assert done.returncode == 0, done.stdout
+    assert "identical blocks: 1 tensor (Q8_0), equal without dequantizing" in done.stdout
+
+
+def test_convert_quantize_writes_q8_0_and_q4_0(tmp_path: Path) -> None:
+    _with_quantize()
+    _kernels()
+    rng = np.random.default_rng(3)
+    arrays = {
+        "blk.0.ffn_up.weight": rng.standard_normal((8, 64)).astype(np.float32),
+        "blk.0.ffn_up.bias": rng.standard_normal(8).astype(np.float32),
+        "odd.weight": rng.standard_normal((3, 5)).astype(np.float32),  # rows of no whole block
+    }
+    source = write_weights("safetensors", tmp_path / "model.safetensors", arrays)
+    for flag, kind in (("q8_0", "Q8_0"), ("Q4_0", "Q4_0")):
+        out = tmp_path / f"{flag}.gguf"
+        done = run_cli("convert", source, out, "--quantize", flag)
+        assert done.returncode == 0, done.stderr
+        rows = {
+            row["name"]: row
+            for row in json.loads(run_cli("inspect", out, "--json").stdout)["tensors"]
+        }
+        assert rows["blk.0.ffn_up.weight"]["ggml_type"] == kind
+        assert rows["blk.0.ffn_up.bias"]["ggml_type"] == "F32"
+        assert rows["odd.weight"]["ggml_type"] == "F32"
+        assert run_cli("verify", "--values", out).returncode == 0
+
+
+def test_convert_quantize_to_a_format_without_blocks_is_refused(tmp_path: Path) -> None:
+    _with_quantize()
+    source = write_weights("safetensors", tmp_path / "model.safetensors", plain_arrays())
+    out = tmp_path / "out.safetensors"
+    done = run_cli("convert", source, out, "--quantize", "q8_0")
+    assert_error(done, 2, "--quantize")
+    assert not out.exists()
+
+
+def test_convert_pytorch_to_gguf(tmp_path: Path) -> None:
+    _gguf_store()
+    arrays = {name: a for name, a in plain_arrays().items() if a.dtype != np.float16}
+    source = write_weights("pytorch", tmp_path / "model.pt", arrays)
+    out = tmp_path / "model.gguf"
+    done = run_cli("convert", source, out)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("diff", source, out).returncode == 0

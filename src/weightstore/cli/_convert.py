@@ -9,6 +9,7 @@ extension or ``--format`` names, and every flag is a builder of one of the two s
     --filter, --remap          dest     which tensors, renamed how (source names; rules chain)
     --to-burn, --from-burn     dest     `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter`
     --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
+    --quantize                 dest     GGUF: float matrices written as Q8_0 or Q4_0 blocks
     --metadata, --overwrite    dest     pairs written (after the source's own), replace a file
 
 Tensors are read as the writer reaches them, so peak memory is about the largest tensor (twice
@@ -63,10 +64,12 @@ from weightstore.io import is_url
 from weightstore.snapshot import TensorSnapshot, stored_blocks
 from weightstore.stores import Store, StoreOptions
 
-__all__ = ["DTYPE_CHOICES", "add_parser", "parse_pair", "run"]
+__all__ = ["DTYPE_CHOICES", "QUANTIZE_CHOICES", "add_parser", "parse_pair", "run"]
 
 DTYPE_CHOICES: Final = {"bf16": "BF16", "f16": "F16", "f32": "F32"}
 """``--dtype`` spellings and the weightstore dtype each casts floats to."""
+QUANTIZE_CHOICES: Final = {"q8_0": "Q8_0", "q4_0": "Q4_0"}
+"""``--quantize`` spellings and the ggml type the GGUF store writes float matrices in."""
 
 # Pairs that describe the file being written, not its contents: the destination sets them
 # (``format`` from the source's own, when it names a framework). A set's ``total_size`` and
@@ -102,10 +105,10 @@ def _pair(what: str, split_last: bool) -> Callable[[str], tuple[str, str]]:
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``convert`` on the subcommand table `commands`."""
     parser = commands.add_parser(
-        "convert", parents=[common], help="convert a file to burnpack or SafeTensors"
+        "convert", parents=[common], help="convert a file to burnpack, SafeTensors or GGUF"
     )
     parser.add_argument("src", metavar="SRC", help="a file, or a sharded set (directory or index)")
-    parser.add_argument("dst", metavar="DST", help="the file to write (.bpk or .safetensors)")
+    parser.add_argument("dst", metavar="DST", help="the file to write (.bpk, .safetensors, .gguf)")
     writable = [fmt.name for fmt in formats.FORMATS if fmt.writable]
     parser.add_argument("--format", choices=writable, help="DST's format (default: extension)")
     layout = parser.add_mutually_exclusive_group()
@@ -114,6 +117,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--half", action="store_true", help="F32 <-> F16 (not BatchNorm)")
     precision.add_argument("--dtype", choices=list(DTYPE_CHOICES), help="cast every float")
+    parser.add_argument(
+        "--quantize",
+        choices=list(QUANTIZE_CHOICES),
+        type=str.lower,
+        help="GGUF DST: write float tensors of 2+ dims whose rows are whole 32-element blocks "
+        "as Q8_0 or Q4_0 blocks (norms, biases and vectors stay as they are)",
+    )
     parser.add_argument(
         "--filter", metavar="REGEX", action="append", help="keep matching names (repeatable: any)"
     )
@@ -317,12 +327,12 @@ def _destination_format(dst: str, name: str | None, writes_set: bool) -> Contain
     names = [f.name for f in formats.FORMATS if f.writable]
     if fmt is None:
         raise InvalidOptionError(
-            f"{dst}: the extension names no format; use .bpk or .safetensors, or --format "
-            + "|".join(names), option="format"
+            f"{dst}: the extension names no format; use .bpk, .safetensors or .gguf, or "
+            "--format " + "|".join(names), option="format"
         )  # fmt: skip
     if not fmt.writable:
         raise InvalidOptionError(
-            f"{dst}: {fmt.title} files cannot be written; convert to {' or '.join(names)}",
+            f"{dst}: {fmt.title} files cannot be written; convert to {', '.join(names)}",
             option="format", format=fmt.name,
         )  # fmt: skip
     return fmt
@@ -405,6 +415,9 @@ def _destination(
     if args.digests is not None:
         with about("--digests"):
             store = store.with_digests(args.digests or None)
+    if args.quantize is not None:
+        with about("--quantize"):
+            store = store.with_quantize(QUANTIZE_CHOICES[args.quantize])  # type: ignore[attr-defined, unused-ignore]
     with about("--filter"):
         store = store.with_regexes(args.filter or ())
     with about("--remap"):
