@@ -417,7 +417,7 @@ def _destination(
             store = store.with_digests(args.digests or None)
     if args.quantize is not None:
         with about("--quantize"):
-            store = store.with_quantize(QUANTIZE_CHOICES[args.quantize])  # type: ignore[attr-defined, unused-ignore]
+            store = store.with_quantize(QUANTIZE_CHOICES[args.quantize])
     with about("--filter"):
         store = store.with_regexes(args.filter or ())
     with about("--remap"):

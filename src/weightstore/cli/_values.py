@@ -5,7 +5,8 @@ memory stays bounded however large it is (a mapped file's pages come and go). Fl
 than 32 bits (f16, bf16, the f8 kinds through ml_dtypes) are widened one chunk at a time to
 float32, which holds each of their values, NaN and Inf included; f32, f64 and complex are
 compared as they are. Integers have no NaN or Inf, so only their zeros are counted; booleans
-and dtypes NumPy cannot hold are read but not judged.
+and dtypes NumPy cannot hold (GGUF blocks that do not dequantize: Q8_1, a big-endian file's) are
+read but not judged.
 
 A tensor of fewer than two elements is never "all-zero" or "constant": a scalar step counter
 of 0 is no sign of anything.
@@ -97,7 +98,8 @@ class ValueTally:
             f"Inf, {self.zero:,} all-zero, {self.constant:,} constant"
         )
         if self.unjudged:
-            line += f"; {plural(self.unjudged, 'tensor')} not judged (bool or no NumPy type)"
+            why = "bool, no NumPy type, or blocks no kernel reads"
+            line += f"; {plural(self.unjudged, 'tensor')} not judged ({why})"
         return line
 
 

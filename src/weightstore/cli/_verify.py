@@ -321,6 +321,7 @@ def _read_all(
                         nbytes = _touch(data, progress.advance)
                     else:
                         nbytes = _judge(reader, name, data, progress.advance, verdict, values)
+                        nbytes = _blocks_nbytes(reader, name) or nbytes  # those of the file
             except Exception as err:
                 verdict.problems.append(_problem(err, verdict.path, name))
                 failed.add(name)
@@ -367,12 +368,18 @@ def _dtype(reader: TensorReader, name: str) -> Any:
 def _nbytes(reader: TensorReader, name: str, judging: bool) -> int:
     """Bytes `_read` hands out for `name`: its blocks for a quantized tensor read raw."""
     try:
-        info: Any = reader.descriptor(name)
-        if _quantized(info) and not judging:
-            return int(info.nbytes)
-        return int(info.dtype.nbytes(tuple(info.shape)))
+        info = reader.descriptor(name)
+        blocks = None if judging else _blocks_nbytes(reader, name)
+        return blocks or int(info.dtype.nbytes(tuple(info.shape)))
     except WeightstoreError:  # reported when the tensor is read
         return 0
+
+
+def _blocks_nbytes(reader: TensorReader, name: str) -> int | None:
+    """The bytes of a tensor stored in quantized blocks (its size in the file, whatever it
+    dequantizes to); None for any other."""
+    info: Any = reader.descriptor(name)
+    return int(info.nbytes) if _quantized(info) else None
 
 
 def _quantized(info: Any) -> bool:
