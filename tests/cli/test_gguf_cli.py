@@ -202,12 +202,20 @@ def test_inspect_decodes_only_the_head_of_a_vocabulary(
 
 
 def test_a_big_endian_file_says_so_and_verifies(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "big.gguf", plain_arrays(), big_endian=True)
+    """Its quantized blocks are read, and with --values left unjudged: the reader does not
+    dequantize a big-endian file's blocks."""
+    quantized = {"blk.0.ffn_up.weight": (quantized_values(), "Q8_0")}
+    path = write_gguf(tmp_path / "big.gguf", plain_arrays(), quantized=quantized, big_endian=True)
     listing = run_cli("inspect", path)
     assert "layout:   byte_order big, alignment 32" in listing.stdout
-    done = run_cli("verify", path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"{path}: ok (gguf, 4 tensors, ")
+    for flags in ((), ("--values",)):
+        done = run_cli("verify", *flags, path)
+        assert done.returncode == 0, done.stdout
+        assert done.stdout.startswith(f"{path}: ok (gguf, 5 tensors, {disk_bytes():,} bytes read)")
+    assert done.stdout.splitlines()[1] == (
+        "  note: values of 4 tensors scanned: 0 with NaN or Inf, 0 all-zero, 0 constant; "
+        "1 tensor not judged (bool, no NumPy type, or blocks no kernel reads)"
+    )
 
 
 def test_a_legacy_ggml_file_is_named(tmp_path: Path) -> None:
@@ -296,6 +304,7 @@ def test_verify_values_dequantizes_and_finds_nan(tmp_path: Path) -> None:
     path = model_gguf(tmp_path)
     done = run_cli("verify", "--values", path)
     assert done.returncode == 0, done.stdout
+    assert done.stdout.startswith(f"{path}: ok (gguf, 5 tensors, {disk_bytes():,} bytes read)")
     assert "values of 5 tensors scanned: 0 with NaN or Inf" in done.stdout
     with GgufReader.from_file(path) as reader:
         start = reader.data_start + reader.descriptor("blk.0.ffn_up.weight").data_offsets[0]
