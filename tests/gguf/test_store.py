@@ -187,9 +187,7 @@ def test_a_save_holds_one_tensor_at_a_time(tmp_path: Path) -> None:
         alive.append(weakref.ref(array))
         return array
 
-    entries = [
-        TensorEntry(f"t{i}", _f32(), (64, 64), lambda i=i: produce(i)) for i in range(5)
-    ]
+    entries = [TensorEntry(f"t{i}", _f32(), (64, 64), lambda i=i: produce(i)) for i in range(5)]
     path = tmp_path / "streamed.gguf"
     GgufWriter(entries).save(path)
     with GgufReader.from_file(path) as reader:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
-from weightstore.gguf._layout import EXTENSION, MAGIC
+from weightstore.gguf._layout import ALIGNMENT_KEY, EXTENSION, MAGIC, GgufValue, ValueType
 
 if TYPE_CHECKING:
     from weightstore.entry import TensorEntry
@@ -50,7 +50,6 @@ def _store_writer(
 ) -> GgufWriter:
     """A writer for a store save: the store's string metadata pairs become string values,
     except ``general.alignment``, which GGUF types as an integer."""
-    from weightstore.gguf._layout import ALIGNMENT_KEY, GgufValue, ValueType
     from weightstore.gguf._writer import GgufWriter
 
     typed = dict(metadata)
