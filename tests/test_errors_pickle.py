@@ -21,6 +21,9 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.FileMissingError("absent.safetensors"),
     errors.PathIsDirectoryError("some/dir"),
     errors.FileMissingError("bad\ud800.safetensors", "holds U+D800"),
+    errors.SplitPartMissingError(
+        "m-00002-of-00003.gguf", part=2, count=3, opened="m-00001-of-00003.gguf"
+    ),
     errors.NotAFileError("model.safetensors", "a FIFO"),
     errors.InvalidOptionError("bad regex", option="filter", format="burnpack"),
     errors.SetError("shard missing", path="idx.json", tensor="w", shard="model-1.safetensors"),

@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import SetWarning as SetWarning
     from weightstore.errors import SliceError as SliceError
     from weightstore.errors import SnapshotLoadError as SnapshotLoadError
+    from weightstore.errors import SplitPartMissingError as SplitPartMissingError
     from weightstore.errors import TensorNotFoundError as TensorNotFoundError
     from weightstore.errors import TruncatedError as TruncatedError
     from weightstore.errors import UnsupportedFormatError as UnsupportedFormatError
@@ -123,7 +124,8 @@ _EXPORTS: dict[str, str] = {
             "PathIsDirectoryError",
             "PickleError", "RemapCollisionError",
             "RemoteReadError", "SaveFailedError", "SetError", "SetMismatchError", "SetWarning",
-            "SliceError", "SnapshotLoadError", "TensorNotFoundError", "TruncatedError",
+            "SliceError", "SnapshotLoadError", "SplitPartMissingError", "TensorNotFoundError",
+            "TruncatedError",
             "UnsupportedFormatError", "UnsupportedObjectError", "UnsupportedVersionError",
             "WeightstoreError",
         ),

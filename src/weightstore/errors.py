@@ -33,6 +33,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── RemoteReadError (OSError)           a range request for a remote object's bytes failed
     ├── CredentialsMissingError (PermissionError)  an object store found no credentials to sign with
     ├── FileMissingError (FileNotFoundError)      a file to read does not exist
+    │   └── SplitPartMissingError           a part of a split GGUF model is missing
     ├── PathIsDirectoryError (IsADirectoryError)  a directory where one file is expected
     ├── NotAFileError (OSError)             a FIFO, socket, device or symlink loop, not a file
     ├── SliceError (IndexError)             a slice index out of range or of a kind not supported
@@ -94,6 +95,7 @@ __all__ = [
     "SetWarning",
     "SliceError",
     "SnapshotLoadError",
+    "SplitPartMissingError",
     "TensorNotFoundError",
     "TruncatedError",
     "UnsupportedFormatError",
@@ -486,6 +488,31 @@ class FileMissingError(WeightstoreError, FileNotFoundError):
         self.reason = reason
         detail = "does not exist" if reason is None else f"cannot exist: the name {reason}"
         super().__init__(detail, path=path)
+        self.errno, self.strerror, self.filename = errno.ENOENT, self.detail, path
+
+
+class SplitPartMissingError(FileMissingError):
+    """A part of a split GGUF model (``<name>-00002-of-00003.gguf``) does not exist: the part
+    opened names the others by its own name and ``split.count``, and one is not there (a
+    download that stopped early, a part left out of a copy).
+
+    Attributes:
+        path: the missing part.
+        part: its number, 1-based, as its name spells it.
+        count: how many parts the model has.
+        opened: the part that was opened, whose name and ``split.count`` point at this one.
+    """
+
+    def __init__(self, path: str, *, part: int, count: int, opened: str) -> None:
+        self.part, self.count, self.opened = part, count, opened
+        self.reason = None
+        WeightstoreError.__init__(
+            self,
+            f"does not exist: it is part {part:,} of the {count:,} parts of the split GGUF "
+            f"model {opened} belongs to, and every part is needed (a download or copy that "
+            "stopped early?)",
+            path=path,
+        )
         self.errno, self.strerror, self.filename = errno.ENOENT, self.detail, path
 
 

@@ -39,6 +39,9 @@ __all__ = [
     "MAX_TENSOR_COUNT",
     "MAX_TENSOR_DIMS",
     "SCALAR_FORMATS",
+    "SPLIT_COUNT_KEY",
+    "SPLIT_NO_KEY",
+    "SPLIT_TENSORS_KEY",
     "VERSIONS",
     "GgufValue",
     "ValueType",
@@ -49,6 +52,17 @@ EXTENSION: Final = "gguf"  # the usual suffix; never appended to a path
 VERSIONS: Final = (2, 3)  # version 1 (2023, u32 counts) is long gone from every runtime
 DEFAULT_ALIGNMENT: Final = 32  # bytes; tensor data alignment when the file names none
 ALIGNMENT_KEY: Final = "general.alignment"  # the metadata key that changes the alignment
+
+SPLIT_NO_KEY: Final = "split.no"
+"""A split model's part's place, 0-based (uint16). A split model (llama.cpp's gguf-split,
+gguf-py's writer with split_max_tensors or split_max_size) is whole GGUF files, each holding its
+own tensors and the three split pairs; part 1 also holds the model's metadata. Parts are named
+``<prefix>-00001-of-00003.gguf`` (`weightstore.gguf._names`)."""
+SPLIT_COUNT_KEY: Final = "split.count"
+"""How many parts a split model has (uint16); 0 (what gguf-split --merge writes) or 1 is a file
+that is not split."""
+SPLIT_TENSORS_KEY: Final = "split.tensors.count"
+"""Tensors in all of a split model's parts together (int32)."""
 # What llama.cpp wrote before GGUF, by its first bytes: a clear "legacy GGML" refusal.
 
 MAX_TENSOR_COUNT: Final = 2**20
