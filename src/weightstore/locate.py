@@ -8,11 +8,13 @@ the probed first bytes, which the opener checks instead of reading them again.
 
 The order of the questions is the order a path is read in: a DCP directory (it holds JSON
 that would otherwise read as a set's index), a set (a directory or a name shaped as an
-index), a file (Burn's extension rule included: ``model`` is ``model.bpk`` when only that
-exists), else nothing there. A URL is tried as an object first, since telling a folder on
-an object store costs a listing; its probe's request is taken over by the reader opened
-next (`weightstore.io._remote_source`), and a local file's open is handed to the reader
-opened over the same location (`weightstore.io._open.handing_over`).
+index), a directory holding one model of a format without sets (a GGUF file or split model:
+its file, or first part, is what is found), a file (Burn's extension rule included:
+``model`` is ``model.bpk`` when only that exists), else nothing there. A URL is tried as an
+object first, since telling a folder on an object store costs a listing; its probe's request
+is taken over by the reader opened next (`weightstore.io._remote_source`), and a local file's
+open is handed to the reader opened over the same location
+(`weightstore.io._open.handing_over`). (A folder at a URL is searched for sets only.)
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class Location(ValueRecord):
     """What `locate` found at a path.
 
     Attributes:
-        path: the path as resolved: the file found (``model.bpk`` for ``model``), a set's
+        path: the path as resolved: the file found (``model.bpk`` for ``model``; a GGUF
+            model's file, or its first part, for the directory holding it), a set's
             directory or index, a DCP directory or index; as given when nothing is there.
         kind: a `Kind`.
         format: the container format of the file, the set's shards or the DCP rank files; for
@@ -136,7 +139,7 @@ def locate(
 
     Raises:
         SetError: a set (or DCP index) that breaks the set's rules (several variants and none
-            asked for, a bad index).
+            asked for, a bad index), or a directory holding several GGUF models.
 
     Example:
         >>> locate("model.safetensors").kind  # doctest: +SKIP
@@ -156,7 +159,8 @@ def open_reader(
 ) -> TensorReader:
     """A reader over whatever `locate` finds at `path`: a file of any format (picked from its
     bytes), a sharded set (its directory or index: a `SetReader`) or a DCP checkpoint
-    directory (a `DcpReader`).
+    directory (a `DcpReader`); a directory holding one GGUF model opens that model (a split
+    one, by any part or its directory, as one `GgufSplitReader`).
 
     Every reader follows one protocol: `names()`, `get(name)`, `get_slice(name)`,
     `metadata()`, and use as a context manager. `path` may be a URL (``s3://...``,
@@ -166,7 +170,9 @@ def open_reader(
     Raises:
         FileMissingError: nothing is at `path`.
         UnsupportedFormatError: bytes no format reads, or a directory holding no set.
-        SetError: a set or DCP checkpoint that breaks the set's rules.
+        SetError: a set or DCP checkpoint that breaks the set's rules, a directory holding
+            several GGUF models, or a split GGUF model whose parts disagree.
+        SplitPartMissingError: a part of a split GGUF model is missing (a FileMissingError).
 
     Example:
         >>> with open_reader("model.safetensors") as reader:  # doctest: +SKIP
@@ -270,12 +276,33 @@ def _locate(
             return _dcp_location(path, known, keep), None
         if is_dir or is_index_name(path):
             found = _set_location(path, storage_options, variant, known)
-            if found is not None or is_dir:
-                return found or Location(path, Kind.MISSING, None, False), None
+            if found is not None:
+                return found, None
+            if is_dir:
+                model = _model_in_directory(path, known)
+                if model is None:
+                    return Location(path, Kind.MISSING, None, False), None
+                return _probed(model, keep)
     for candidate in candidates:
         if kind_at(candidate) not in _NOTHING_TO_PROBE:  # a FIFO, a loop: the probe refuses it
             return _probed(candidate, keep)
     return Location(path, Kind.MISSING, format_for_path(path), False), None
+
+
+def _model_in_directory(directory: str, known: ContainerFormat | None) -> str | None:
+    """The file that opens the one model a directory holding no set holds, for a format
+    whose multi-file models are no set (`ContainerFormat.find_in_directory`: a split GGUF
+    model's first part); None when there is none.
+
+    Raises:
+        SetError: the directory holds several such models.
+    """
+    for fmt in FORMATS if known is None else (known,):
+        if fmt.find_in_directory is not None:
+            found = fmt.find_in_directory(directory)
+            if found is not None:
+                return found
+    return None
 
 
 def _candidates(path: str, known: ContainerFormat | None, extension_rule: bool) -> list[str]:

@@ -48,6 +48,7 @@ MAY_BE_NONE = {
     "open_static": "the reader cannot view a caller's buffer in place (PyTorch)",
     "writer": "the format is read only (PyTorch: weightstore never writes pickles)",
     "set_layout": "the format has no sharded sets (a single-file format such as GGUF)",
+    "find_in_directory": "its directories hold sets, found by set_layout (all but GGUF)",
     "native_framework": "many frameworks write the format (burnpack, SafeTensors)",
 }
 BOOLEAN_FIELDS = (

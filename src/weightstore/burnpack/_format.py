@@ -71,6 +71,7 @@ FORMAT = ContainerFormat(
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS | {"auto_extension"},
     set_layout=SetLayout("burnpack", "model", EXTENSION, search_rank=1),
+    find_in_directory=None,  # its directories hold sets (set_layout)
     summarizer="weightstore.cli._report:summarize_burnpack",
     holds_foreign_objects=False,
     carries_framework_metadata=False,  # Burn's ``format`` is the container's name

@@ -279,6 +279,8 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     if location.kind is Kind.SET:
         return _summarize_set(filename, options)
     summarize_file: Summarizer = reading_format(location).load_summarizer()
+    if location.kind is Kind.FILE and not is_url(filename) and os.path.isdir(filename):
+        filename = location.path  # the one model a directory holds (a split GGUF's part 1)
     return summarize_file(filename, options)
 
 

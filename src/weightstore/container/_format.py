@@ -157,6 +157,11 @@ class ContainerFormat(Record):
         store_options: the store options this format honours; a store refuses the others.
         set_layout: how its sharded sets are named (`SetLayout`), or None for a format that
             has no sets; `weightstore.sets` finds and writes sets through these.
+        find_in_directory: for a format whose multi-file models are no set (GGUF's split
+            parts name each other, with no index), ``(directory) -> path or None``: the file
+            that opens the one model a directory holding no set holds (GGUF: its one file,
+            or its split model's first part), None when it holds none, `SetError` for
+            several; `weightstore.locate` asks it. None for the other formats.
         summarizer: ``"module:function"`` of what ``weightstore inspect`` calls on one file
             of this format, ``(path, options) -> FileReport``; resolved on first use
             (`load_summarizer`), so listing the formats imports no summarizer.
@@ -192,6 +197,7 @@ class ContainerFormat(Record):
     writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None
     store_options: frozenset[str]
     set_layout: SetLayout | None
+    find_in_directory: Callable[[str], str | None] | None
     summarizer: str
     holds_foreign_objects: bool
     carries_framework_metadata: bool
@@ -213,6 +219,7 @@ class ContainerFormat(Record):
         writer: Callable[[Iterable[Any], Mapping[str, str]], Any] | None,
         store_options: frozenset[str],
         set_layout: SetLayout | None,
+        find_in_directory: Callable[[str], str | None] | None,
         summarizer: str,
         holds_foreign_objects: bool,
         carries_framework_metadata: bool,
@@ -222,8 +229,9 @@ class ContainerFormat(Record):
     ) -> None:
         super().__init__(
             name, title, extensions, sniff, open_file, default_extension, open_bytes,
-            open_static, writer, store_options, set_layout, summarizer, holds_foreign_objects,
-            carries_framework_metadata, native_framework, reader_releases_pages, typed_metadata,
+            open_static, writer, store_options, set_layout, find_in_directory, summarizer,
+            holds_foreign_objects, carries_framework_metadata, native_framework,
+            reader_releases_pages, typed_metadata,
         )  # fmt: skip
 
     def load_summarizer(self) -> Callable[[str, dict[str, Any]], Any]:

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.container._format import LOAD_OPTIONS, SAVE_OPTIONS, ContainerFormat
 from weightstore.gguf._layout import ALIGNMENT_KEY, EXTENSION, MAGIC, GgufValue, ValueType
+from weightstore.gguf._names import model_in_directory
 
 if TYPE_CHECKING:
     from weightstore.entry import TensorEntry
     from weightstore.gguf._reader import GgufReader
+    from weightstore.gguf._split import GgufSplitReader
     from weightstore.gguf._writer import GgufWriter
 
 __all__ = ["FORMAT"]
@@ -31,7 +33,7 @@ def _reader() -> type[GgufReader]:
     return GgufReader
 
 
-def _open_file(path: Any, **options: Any) -> GgufReader:
+def _open_file(path: Any, **options: Any) -> GgufReader | GgufSplitReader:
     from weightstore.gguf._split import open_gguf
 
     return open_gguf(path, **options)
@@ -75,6 +77,7 @@ FORMAT = ContainerFormat(
         LOAD_OPTIONS | (SAVE_OPTIONS - {"max_shard_size", "index_tensor_digests"}) | {"quantize"}
     ),
     set_layout=None,  # split models name their parts themselves (`_split`), with no index
+    find_in_directory=model_in_directory,  # names only: `_names` loads no reader
     summarizer="weightstore.cli._report_gguf:summarize_gguf",
     holds_foreign_objects=False,
     carries_framework_metadata=False,

@@ -68,6 +68,7 @@ FORMAT = ContainerFormat(
     writer=None,  # weightstore never writes pickles
     store_options=LOAD_OPTIONS | {"top_level_key", "allow_objects"},
     set_layout=SetLayout("pytorch", "pytorch_model", "bin", search_rank=2),  # safe sets first
+    find_in_directory=None,  # its directories hold sets (set_layout)
     summarizer="weightstore.cli._report:summarize_pytorch",
     holds_foreign_objects=True,  # a pickle names the globals torch.load imports
     carries_framework_metadata=False,  # no metadata pairs: its "metadata" is layout facts

@@ -82,6 +82,7 @@ FORMAT = ContainerFormat(
     writer=_store_writer,
     store_options=LOAD_OPTIONS | SAVE_OPTIONS,
     set_layout=SetLayout("safetensors", "model", EXTENSION, search_rank=0),
+    find_in_directory=None,  # its directories hold sets (set_layout)
     summarizer="weightstore.cli._report:summarize_safetensors",
     holds_foreign_objects=False,
     carries_framework_metadata=True,  # ``format``: "pt", "tf", "flax" or "mlx"
