@@ -83,13 +83,19 @@ def test_any_part_opens_the_whole_model_equal_to_the_unsplit_file(
             np.testing.assert_array_equal(model.get_raw(name), unsplit.get_raw(name))
             assert model.descriptor(name).shape == unsplit.descriptor(name).shape
             assert model.ggml_type(name) is unsplit.ggml_type(name)
-        # The model's metadata is part 1's: the unsplit file's, plus the three split pairs.
-        split_keys = ["split.no", "split.count", "split.tensors.count"]
-        assert model.metadata_keys() == [*unsplit.metadata_keys(), *split_keys]
-        assert {k: v for k, v in model.metadata().items() if k not in split_keys} == (
-            unsplit.metadata()
-        )
+        # The model's metadata is the unsplit file's: part 1's, less the parts' split pairs.
+        assert model.metadata_keys() == unsplit.metadata_keys()
+        assert model.metadata() == unsplit.metadata()
+        assert model.metadata_typed() == unsplit.metadata_typed()
         assert model.metadata_value("general.name") == GgufValue(ValueType.STRING, "tiny")
+        assert model.metadata_type("general.name") == "string"
+        assert model.metadata_length("general.name") is None
+        for key in ("split.no", "split.count", "split.tensors.count"):
+            with pytest.raises(KeyError):
+                model.metadata_value(key)
+            with pytest.raises(KeyError):
+                model.metadata_type(key)
+            assert key in model.part_readers[0].metadata_keys()
         assert model.path == str(part(gguf_py_split, 1, prefix="tiny"))
         assert model.parts == tuple(str(part(gguf_py_split, n, prefix="tiny")) for n in (1, 2, 3))
 
@@ -330,3 +336,24 @@ def test_part_names_follow_llama_cpp() -> None:
     for other in ("x-00000-of-00003.gguf", "x-00004-of-00003.gguf", "x-0001-of-0003.gguf",
                   "x-00001-of-00003.safetensors", "x.gguf"):  # fmt: skip
         assert parse_part_name(other) is None
+
+
+# -- the model copied into one file --------------------------------------------------------------
+
+
+def test_a_split_model_converted_into_one_file_is_one_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy carries the model's metadata, not part 1's split pairs: else it would say it
+    is part 1 of 3, and opening it would look for parts that are not there."""
+    from weightstore.cli import main
+
+    paths = write_parts(tmp_path / "parts")
+    target = tmp_path / "whole.gguf"
+    assert main(["convert", str(paths[1]), str(target)]) == 0, capsys.readouterr()
+    with open_gguf(target) as whole:
+        assert type(whole) is GgufReader
+        assert whole.metadata() == {"general.architecture": "llama", "general.name": "tiny"}
+        assert sorted(whole.names()) == sorted(NAMES)
+        for name, expected in TENSORS.items():
+            np.testing.assert_array_equal(whole.get(name), expected)

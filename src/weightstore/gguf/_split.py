@@ -7,8 +7,10 @@ There is no index: the opened part's name says where the others are (`weightstor
 and its ``split.count`` how many. `open_gguf` opens any part, then every part, and checks that
 they make one model before handing out a `GgufSplitReader`: every part there, the same count
 in each, each part's ``split.no`` matching its name, each tensor in one part only, and the
-tensors adding up to ``split.tensors.count``. A file that is not split (no ``split.count``, or
-0 or 1: what ``gguf-split --merge`` writes) opens as a plain `GgufReader`.
+tensors adding up to ``split.tensors.count``. The reader's metadata is the model's (part 1's
+without the ``split.*`` pairs), so a copy into one file is not mistaken for a part. A file
+that is not split (no ``split.count``, or 0 or 1: what ``gguf-split --merge`` writes) opens as
+a plain `GgufReader`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ if TYPE_CHECKING:
 __all__ = ["GgufSplitReader", "open_gguf"]
 
 _MAX_PARTS = INTEGER_RANGES[ValueType.UINT16][1]  # split.count is a uint16 in llama.cpp
+_SPLIT_KEYS = frozenset({SPLIT_NO_KEY, SPLIT_COUNT_KEY, SPLIT_TENSORS_KEY})  # each part's own
+
+
+def _model_key(key: str) -> str:
+    """`key`, or `KeyError` for a pair that describes a part, not the model."""
+    if key in _SPLIT_KEYS:
+        raise KeyError(key)
+    return key
 
 
 def open_gguf(path: str | os.PathLike[str], **options: Any) -> GgufReader | GgufSplitReader:
@@ -76,9 +86,10 @@ def open_gguf(path: str | os.PathLike[str], **options: Any) -> GgufReader | Gguf
 
 class GgufSplitReader:
     """The parts of a split GGUF model, read as one file: tensors by name from whichever part
-    holds them, metadata from part 1. Follows `GgufReader`'s protocol (`get`, `get_raw`,
-    `get_slice`, `ggml_type`, the ``metadata_*`` calls). Made by `open_gguf`, which has
-    checked the parts; closing it closes every part.
+    holds them, the model's metadata from part 1 (without the parts' own ``split.*`` pairs).
+    Follows `GgufReader`'s protocol (`get`, `get_raw`, `get_slice`, `ggml_type`, the
+    ``metadata_*`` calls). Made by `open_gguf`, which has checked the parts; closing it closes
+    every part.
 
     Attributes:
         path: part 1's path (what the model's metadata and messages name).
@@ -99,11 +110,8 @@ class GgufSplitReader:
         self.part_readers = readers
         self.parts = tuple(str(reader.path) for reader in readers)
         self.path = first.path
-        self.version, self.byte_order, self.alignment = (
-            first.version,
-            first.byte_order,
-            first.alignment,
-        )
+        self.version, self.byte_order = first.version, first.byte_order
+        self.alignment = first.alignment
         part_of: dict[str, GgufReader] = {}
         for reader in readers:
             for name in reader.descriptors:
@@ -154,29 +162,33 @@ class GgufSplitReader:
         return self.descriptor(name).ggml
 
     def metadata(self) -> dict[str, object]:
-        """Part 1's metadata pairs as Python values (`GgufReader.metadata`): the model's,
-        with part 1's ``split.*`` pairs among them."""
-        return self.part_readers[0].metadata()
+        """The model's metadata pairs as Python values (`GgufReader.metadata`): part 1's,
+        without the ``split.*`` pairs, which describe a part and not the model (a copy into
+        one file must not say it is part 1 of 3; ``gguf-split --merge`` drops them too)."""
+        values = self.part_readers[0].metadata()
+        return {key: value for key, value in values.items() if key not in _SPLIT_KEYS}
 
     def metadata_typed(self) -> dict[str, GgufValue]:
-        """Part 1's metadata pairs with their GGUF types."""
-        return self.part_readers[0].metadata_typed()
+        """The model's metadata pairs with their GGUF types (part 1's, no ``split.*``)."""
+        first = self.part_readers[0]
+        return {key: first.metadata_value(key) for key in self.metadata_keys()}
 
     def metadata_keys(self) -> list[str]:
-        """Part 1's metadata keys, in file order."""
-        return self.part_readers[0].metadata_keys()
+        """The model's metadata keys, in part 1's order (no ``split.*``)."""
+        return [key for key in self.part_readers[0].metadata_keys() if key not in _SPLIT_KEYS]
 
     def metadata_type(self, key: str) -> str:
-        """A key of part 1's GGUF type name, without decoding it."""
-        return self.part_readers[0].metadata_type(key)
+        """A key's GGUF type name, without decoding it; `KeyError` when the model has none."""
+        return self.part_readers[0].metadata_type(_model_key(key))
 
     def metadata_length(self, key: str) -> int | None:
-        """An array of part 1's element count (None for a scalar)."""
-        return self.part_readers[0].metadata_length(key)
+        """An array's element count (None for a scalar); `KeyError` when the model has none."""
+        return self.part_readers[0].metadata_length(_model_key(key))
 
     def metadata_value(self, key: str) -> GgufValue:
-        """One of part 1's metadata pairs, decoded; `KeyError` when it has none."""
-        return self.part_readers[0].metadata_value(key)
+        """One metadata pair, decoded; `KeyError` when the model has none (``split.*`` are
+        each part's: `part_readers`)."""
+        return self.part_readers[0].metadata_value(_model_key(key))
 
     # -- tensors --------------------------------------------------------------------------------
 
