@@ -138,13 +138,17 @@ def test_inspect_describes_a_directory_by_the_model_found_there(
 
 def test_a_store_lists_the_whole_model(tmp_path: Path) -> None:
     from weightstore import Store
-    from weightstore.stores._base import STORE_NAMES
+    from weightstore.stores import GgufStore
 
-    if FORMAT.name not in STORE_NAMES:
-        pytest.skip("no GGUF store is registered yet: Store.from_file cannot read .gguf")
     write_parts(tmp_path)
     for path in (tmp_path, part(tmp_path, 2)):
-        assert sorted(Store.from_file(path).keys()) == sorted(NAMES)
+        for store in (Store.from_file(path), GgufStore.from_file(path)):
+            assert type(store) is GgufStore
+            assert sorted(store.keys()) == sorted(NAMES)
+            assert store.read_metadata() == {
+                "general.architecture": "llama",
+                "general.name": "tiny",
+            }
 
 
 def test_verify_reads_the_model_a_directory_holds(
