@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests._optional import need
 from tests.gguf._split_files import (
     I32,
     NAMES,
@@ -357,3 +358,25 @@ def test_a_split_model_converted_into_one_file_is_one_file(
         assert sorted(whole.names()) == sorted(NAMES)
         for name, expected in TENSORS.items():
             np.testing.assert_array_equal(whole.get(name), expected)
+
+
+def test_a_split_model_at_urls_opens_by_a_part(tmp_path: Path) -> None:
+    """Parts at URLs are found as on disk: beside the opened part's URL, by name."""
+    fsspec = need("fsspec")
+    memory = fsspec.filesystem("memory")
+    paths = write_parts(tmp_path)
+    folder = f"/gguf-split-{os.getpid()}-{tmp_path.name}"
+    for path in paths:
+        memory.pipe(f"{folder}/{path.name}", path.read_bytes())
+    try:
+        url = f"memory://{folder}/{paths[1].name}"
+        with open_reader(url) as model:
+            assert isinstance(model, GgufSplitReader) and model.names() == NAMES
+            assert model.parts == tuple(f"memory://{folder}/{path.name}" for path in paths)
+            np.testing.assert_array_equal(model.get("output.weight"), TENSORS["output.weight"])
+        memory.rm(f"{folder}/{paths[2].name}")
+        with pytest.raises(SplitPartMissingError) as caught:
+            open_gguf(url)
+        assert caught.value.path == f"memory://{folder}/{paths[2].name}"
+    finally:
+        memory.rm(folder, recursive=True)
