@@ -162,3 +162,26 @@ def test_verify_reads_the_model_a_directory_holds(
     paths[1].unlink()
     assert main(["verify", str(tmp_path)]) != 0
     assert os.path.basename(paths[1]) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", ["directory", "part 3"])
+def test_inspect_lists_every_part_and_tensor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str
+) -> None:
+    import json
+
+    from weightstore.cli import main
+
+    paths = write_parts(tmp_path)
+    target = tmp_path if which == "directory" else paths[2]
+    assert main(["inspect", "--json", str(target)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in report["tensors"]] == NAMES
+    shards = report["set"]["shards"]
+    assert [shard["file"] for shard in shards] == [path.name for path in paths]
+    assert [shard["tensors"] for shard in shards] == [2, 2, 1]
+    assert report["file_size"] == sum(path.stat().st_size for path in paths)
+    assert report["metadata"] == {"general.architecture": "llama", "general.name": "tiny"}
+    assert main(["inspect", str(target)]) == 0
+    text = capsys.readouterr().out
+    assert "3 shards" in text and f"{paths[1].name}:" in text

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from weightstore.cli._report import FileReport, TensorRow, _file_size, _remote
+from weightstore.cli._report import FileReport, SetSummary, TensorRow, _file_size, _remote
 from weightstore.cli._text import json_number
 from weightstore.gguf._header import ArrayHead
+from weightstore.gguf._names import file_name
 
 __all__ = ["ARRAY_ITEMS_SHOWN", "summarize_gguf"]
 
@@ -26,44 +27,56 @@ ARRAY_ITEMS_SHOWN: Final = 5
 
 def summarize_gguf(path: str, options: dict[str, Any]) -> FileReport:
     """A GGUF file's report: version, byte order and alignment, the metadata pairs (arrays cut
-    to their first elements), the tensors in the order of their infos with their ggml types."""
-    from weightstore.gguf._reader import GgufReader
+    to their first elements), the tensors in the order of their infos with their ggml types.
+    A part of a split model (or its directory's first part) reports the whole model: every
+    part's tensors (each row's storage its part, its offset in that part), the model's
+    metadata (part 1's), and the parts as the set's shards."""
+    from weightstore.gguf._split import GgufSplitReader, open_gguf
 
-    size = _file_size(path, options)
-    with GgufReader.from_file(path, **_remote(path, options)) as gguf:
-        rows = [
-            TensorRow(
-                info.name,
-                info.dtype,
-                info.shape,
-                info.nbytes,
-                gguf.data_start + info.data_offsets[0],
-                ggml=info.ggml.name,
-            )
-            for info in (gguf.descriptor(name) for name in gguf.names())
-        ]
+    with open_gguf(path, **_remote(path, options)) as model:
+        split = isinstance(model, GgufSplitReader)
+        parts = model.part_readers if isinstance(model, GgufSplitReader) else (model,)  # mypy
+        rows: list[TensorRow] = []
+        shards: list[tuple[str, int, int]] = []
+        for part in parts:
+            name = file_name(str(part.path))
+            rows += [
+                TensorRow(
+                    info.name,
+                    info.dtype,
+                    info.shape,
+                    info.nbytes,
+                    part.data_start + info.data_offsets[0],
+                    name if split else None,
+                    ggml=info.ggml.name,
+                )
+                for info in (part.descriptor(tensor) for tensor in part.names())
+            ]
+            shards.append((name, _file_size(str(part.path), options), len(part)))
+        first = parts[0]
         metadata: dict[str, Any] = {}
         texts: dict[str, str] = {}
-        for key in gguf.metadata_keys():
-            if gguf.metadata_length(key) is None:
-                metadata[key] = _json_scalar(gguf.metadata_value(key).value)
+        for key in model.metadata_keys():
+            if first.metadata_length(key) is None:
+                metadata[key] = _json_scalar(first.metadata_value(key).value)
                 continue
-            head = gguf.metadata_head(key, ARRAY_ITEMS_SHOWN)
+            head = first.metadata_head(key, ARRAY_ITEMS_SHOWN)
             metadata[key], texts[key] = _head_json(head), _head_text(head)
-        byte_order = "little" if gguf.byte_order == "<" else "big"
+        byte_order = "little" if first.byte_order == "<" else "big"
         return FileReport(
             path=path,
             format="gguf",
-            file_size=size,
-            version=str(gguf.version),
+            file_size=sum(size for _, size, _ in shards),
+            version=str(first.version),
             metadata=metadata,
             metadata_text=texts,
             layout={
                 "byte_order": byte_order,
-                "alignment": gguf.alignment,
-                "data_start": gguf.data_start,
+                "alignment": first.alignment,
+                "data_start": first.data_start,
             },
             tensors=rows,
+            set=SetSummary(None, shards, [], {}, {}, []) if split else None,
         )
 
 
