@@ -19,7 +19,7 @@ def test_the_surface_is_the_table() -> None:
     # The table (`_EXPORTS`) is the one list; tests/test_lazy_exports.py holds the TYPE_CHECKING
     # block, __all__ and dir() to it. Here: the names this package promises besides.
     table = weightstore.__getattr__.names
-    submodules = {"burnpack", "dtypes", "formats", "pytorch_reader", "safetensors"}
+    submodules = {"burnpack", "dtypes", "formats", "gguf", "pytorch_reader", "safetensors"}
     assert set(weightstore.__all__) == set(table) | submodules
     for name in weightstore.__all__:
         assert hasattr(weightstore, name), name

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore import burnpack as burnpack
     from weightstore import dtypes as dtypes
     from weightstore import formats as formats
+    from weightstore import gguf as gguf
     from weightstore import pytorch_reader as pytorch_reader
     from weightstore import safetensors as safetensors
     from weightstore.adapters import Adapter as Adapter
@@ -82,6 +83,9 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.module_snapshot import save_into as save_into
     from weightstore.paths import KeyRemapper as KeyRemapper
     from weightstore.paths import PathFilter as PathFilter
+    from weightstore.gguf import GgufReader as GgufReader
+    from weightstore.gguf import GgufSplitReader as GgufSplitReader
+    from weightstore.gguf import GgufWriter as GgufWriter
     from weightstore.paths import map_indices_contiguous as map_indices_contiguous
     from weightstore.pytorch_reader import PytorchReader as PytorchReader
     from weightstore.record import ModuleRecord as ModuleRecord
@@ -132,6 +136,7 @@ _EXPORTS: dict[str, str] = {
         "weightstore.errors",
     ),
     **dict.fromkeys(("FORMATS", "detect_format"), "weightstore.formats"),
+    **dict.fromkeys(("GgufReader", "GgufSplitReader", "GgufWriter"), "weightstore.gguf"),
     "open_reader": "weightstore.locate",
     **dict.fromkeys(
         ("ModuleSnapshot", "apply", "collect", "load_from", "save_into"),
@@ -153,5 +158,5 @@ _EXPORTS: dict[str, str] = {
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     _EXPORTS,
-    submodules=("burnpack", "dtypes", "formats", "pytorch_reader", "safetensors"),
+    submodules=("burnpack", "dtypes", "formats", "gguf", "pytorch_reader", "safetensors"),
 )
