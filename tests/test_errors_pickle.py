@@ -31,6 +31,7 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.DigestError("unknown algorithm", path="m.safetensors", algorithm="md4"),
     errors.DigestMismatchError("sha256", "ab" * 32, "cd" * 32, path="m.bpk", tensor="fc.w"),
     errors.DescriptorError("offsets overlap", path="x.bpk", tensor="b"),
+    errors.QuantizeError("value 3 is nan; Q8_0 has no code for NaN or infinity", tensor="w"),
     errors.UnsupportedFormatError("not a burnpack file", path="x.pt", found="pytorch"),
     errors.TensorNotFoundError("fc.weight", path="m.bpk", known=3),
     errors.NotWeightsError("is an HTML page, likely a failed download", "html", path="m.bin"),

@@ -25,6 +25,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── TensorNotFoundError (KeyError)      a name that is not in the file
     │   └── KeyNotFoundError                a top-level key or entry that is not in the file
     ├── EntryError (ValueError)             a writer was handed a bad tensor entry
+    ├── QuantizeError (ValueError)          values a quantized block type cannot encode
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
     │   └── ModuleTypeNeededError           a module type an adapter needs, unsettled
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
@@ -87,6 +88,7 @@ __all__ = [
     "NotWeightsError",
     "PathIsDirectoryError",
     "PickleError",
+    "QuantizeError",
     "RemapCollisionError",
     "RemoteReadError",
     "SaveFailedError",
@@ -349,6 +351,11 @@ class TensorNotFoundError(WeightstoreError, KeyError):
 
 class EntryError(WeightstoreError, ValueError):
     """A writer was handed an entry it cannot write: wrong byte length, duplicate name, ..."""
+
+
+class QuantizeError(WeightstoreError, ValueError):
+    """Values that a quantized block type cannot encode (NaN, infinity, a partial block), or a
+    block type there is no quantizer for."""
 
 
 class InvalidOptionError(WeightstoreError, ValueError):

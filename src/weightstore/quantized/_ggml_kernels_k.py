@@ -1,0 +1,184 @@
+"""Dequantization kernels for ggml's K quants (256 elements per super-block).
+
+Each super-block holds 8 or 16 sub-blocks with their own 4- to 8-bit scales under one float16
+(float32 for Q8_K) super-scale. The float operations follow gguf-py's reference order exactly,
+because float multiply-then-subtract is not associative: the sub-block scale is formed first
+(``d * sc``), then multiplied by the quant, then the sub-block minimum is subtracted. Layouts,
+offsets in bytes (ggml's ``block_q*_K`` structs):
+
+- Q2_K (84): scales[16] (low nibble scale, high nibble min), qs[64] (2 bits), d, dmin.
+- Q3_K (110): hmask[32] (the 3rd bit, inverted), qs[64] (2 bits), scales[12] (6 bits, packed),
+  d.
+- Q4_K (144): d, dmin, scales[12] (6-bit scales and mins, packed), qs[128] (4 bits).
+- Q5_K (176): d, dmin, scales[12], qh[32] (the 5th bit), qs[128].
+- Q6_K (210): ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] (int8), d.
+- Q8_K (292): d (float32), qs[256] (int8), bsums[16] (int16, for dot products; unused here).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Final
+
+import numpy as np
+
+from weightstore.quantized._ggml_bits import Bytes, Floats, IntoKernel, f16_column, split_nibbles
+
+__all__ = ["K_QUANT_KERNELS", "k_scales_and_mins"]
+
+_SHIFTS_2BIT: Final = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+_BIT_INDEX: Final = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+
+
+def _two_bit_planes(packed: Bytes, groups: int) -> Bytes:
+    """Each byte's four 2-bit fields, plane by plane: (m, groups, 4, 32), element order."""
+    m = packed.shape[0]
+    planes = np.right_shift(packed.reshape(m, groups, 1, 32), _SHIFTS_2BIT)
+    np.bitwise_and(planes, np.uint8(3), out=planes)
+    return planes
+
+
+def _bit_planes(packed: Bytes) -> Bytes:
+    """The 8 bits of 32 bytes, bit by bit: (m, 8, 32), where row s holds bit s of each byte."""
+    m = packed.shape[0]
+    planes = np.right_shift(packed.reshape(m, 1, 32), _BIT_INDEX)
+    np.bitwise_and(planes, np.uint8(1), out=planes)
+    return planes
+
+
+def _q2_k(blocks: Bytes, out: Floats) -> None:
+    m = blocks.shape[0]
+    scales = blocks[:, 0:16]
+    d = f16_column(blocks, 80)
+    dmin = f16_column(blocks, 82)
+    dl = (d * (scales & np.uint8(0x0F)).astype(np.float32))[:, :, None]
+    ml = (dmin * (scales >> np.uint8(4)).astype(np.float32))[:, :, None]
+    q = _two_bit_planes(blocks[:, 16:80], 2)
+    view = out.reshape(m, 16, 16)
+    view[...] = q.reshape(m, 16, 16)
+    np.multiply(view, dl, out=view)
+    np.subtract(view, ml, out=view)
+
+
+def _q3_k_scales(packed: Bytes) -> Floats:
+    """Q3_K's 16 signed 6-bit scales: low 4 bits from bytes 0-7 (low then high nibbles), high 2
+    bits from bytes 8-11 (two bits per scale, four scales per byte), stored plus 32."""
+    m = packed.shape[0]
+    low = np.empty((m, 2, 8), dtype=np.uint8)
+    split_nibbles(packed[:, 0:8], low)
+    high = np.right_shift(packed[:, 8:12].reshape(m, 1, 4), _SHIFTS_2BIT.reshape(1, 4, 1))
+    high = (high & np.uint8(3)) << np.uint8(4)
+    scales = (low.reshape(m, 16) | high.reshape(m, 16)).view(np.int8) - np.int8(32)
+    wide: Floats = scales.astype(np.float32)
+    return wide
+
+
+def _q3_k(blocks: Bytes, out: Floats) -> None:
+    m = blocks.shape[0]
+    d = f16_column(blocks, 108)
+    dl = (d * _q3_k_scales(blocks[:, 96:108]))[:, :, None]
+    low = _two_bit_planes(blocks[:, 32:96], 2).reshape(m, 8, 32)
+    # The third bit is stored inverted: a clear bit subtracts 4.
+    minus = _bit_planes(blocks[:, 0:32])
+    np.bitwise_xor(minus, np.uint8(1), out=minus)
+    np.left_shift(minus, np.uint8(2), out=minus)
+    np.subtract(low, minus, out=low)
+    view = out.reshape(m, 16, 16)
+    view[...] = low.view(np.int8).reshape(m, 16, 16)
+    np.multiply(view, dl, out=view)
+
+
+def k_scales_and_mins(packed: Bytes) -> tuple[Bytes, Bytes]:
+    """Q4_K's and Q5_K's 8 six-bit scales and 8 six-bit mins from their 12 packed bytes.
+
+    Scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scales and mins 4-7 take
+    their low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top of bytes
+    0-3 and 4-7."""
+    m = packed.shape[0]
+    first, second, third = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    scales = np.empty((m, 8), dtype=np.uint8)
+    mins = np.empty((m, 8), dtype=np.uint8)
+    np.bitwise_and(first, np.uint8(0x3F), out=scales[:, :4])
+    scales[:, 4:] = (third & np.uint8(0x0F)) | ((first >> np.uint8(2)) & np.uint8(0x30))
+    np.bitwise_and(second, np.uint8(0x3F), out=mins[:, :4])
+    mins[:, 4:] = (third >> np.uint8(4)) | ((second >> np.uint8(2)) & np.uint8(0x30))
+    return scales, mins
+
+
+def _k_scale_rows(blocks: Bytes) -> tuple[Floats, Floats]:
+    """Q4_K's and Q5_K's per-sub-block factor ``d * sc`` and offset ``dmin * m``, (m, 8, 1)."""
+    d = f16_column(blocks, 0)
+    dmin = f16_column(blocks, 2)
+    scales, mins = k_scales_and_mins(blocks[:, 4:16])
+    factor = d * scales.astype(np.float32)
+    offset = dmin * mins.astype(np.float32)
+    return factor[:, :, None], offset[:, :, None]
+
+
+def _q4_k(blocks: Bytes, out: Floats) -> None:
+    m = blocks.shape[0]
+    factor, offset = _k_scale_rows(blocks)
+    q = np.empty((m, 4, 2, 32), dtype=np.uint8)
+    split_nibbles(blocks[:, 16:144].reshape(m, 4, 32), q)
+    view = out.reshape(m, 8, 32)
+    view[...] = q.reshape(m, 8, 32)
+    np.multiply(view, factor, out=view)
+    np.subtract(view, offset, out=view)
+
+
+def _q5_k(blocks: Bytes, out: Floats) -> None:
+    m = blocks.shape[0]
+    factor, offset = _k_scale_rows(blocks)
+    q = np.empty((m, 4, 2, 32), dtype=np.uint8)
+    split_nibbles(blocks[:, 48:176].reshape(m, 4, 32), q)
+    fifth = _bit_planes(blocks[:, 16:48])
+    np.left_shift(fifth, np.uint8(4), out=fifth)
+    q8 = q.reshape(m, 8, 32)
+    np.bitwise_or(q8, fifth, out=q8)
+    view = out.reshape(m, 8, 32)
+    view[...] = q8
+    np.multiply(view, factor, out=view)
+    np.subtract(view, offset, out=view)
+
+
+def _q6_k(blocks: Bytes, out: Floats) -> None:
+    m = blocks.shape[0]
+    d = f16_column(blocks, 208)
+    factor = (d * blocks[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]
+    # Low 4 bits: each half (128 elements) is 64 bytes, low nibbles then high nibbles.
+    q = np.empty((m, 2, 2, 64), dtype=np.uint8)
+    split_nibbles(blocks[:, 0:128].reshape(m, 2, 64), q)
+    # High 2 bits: plane s of each half is bits 2s..2s+1 of its 32 bytes, moved to bits 4-5;
+    # one call per plane (not one broadcast shift) keeps NumPy's inner loops long.
+    packed = blocks[:, 128:192].reshape(m, 2, 32)
+    high = np.empty((m, 2, 4, 32), dtype=np.uint8)
+    np.left_shift(packed, np.uint8(4), out=high[:, :, 0])
+    np.left_shift(packed, np.uint8(2), out=high[:, :, 1])
+    high[:, :, 2] = packed
+    np.right_shift(packed, np.uint8(2), out=high[:, :, 3])
+    np.bitwise_and(high, np.uint8(0x30), out=high)
+    q8 = q.reshape(m, 8, 32)
+    np.bitwise_or(q8, high.reshape(m, 8, 32), out=q8)
+    np.subtract(q8, np.uint8(32), out=q8)  # wraps: read as int8 it is q - 32
+    view = out.reshape(m, 16, 16)
+    view[...] = q8.view(np.int8).reshape(m, 16, 16)
+    np.multiply(view, factor, out=view)
+
+
+def _q8_k(blocks: Bytes, out: Floats) -> None:
+    d = blocks[:, 0:4].view("<f4")
+    out[...] = blocks[:, 4:260].view(np.int8)
+    np.multiply(out, d, out=out)
+
+
+K_QUANT_KERNELS: Final[MappingProxyType[str, IntoKernel]] = MappingProxyType(
+    {
+        "Q2_K": _q2_k,
+        "Q3_K": _q3_k,
+        "Q4_K": _q4_k,
+        "Q5_K": _q5_k,
+        "Q6_K": _q6_k,
+        "Q8_K": _q8_k,
+    }
+)
+"""The K quants' in-place kernels by ggml type name."""
