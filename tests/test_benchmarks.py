@@ -138,3 +138,26 @@ def test_large_convert_script_checks_values_and_the_memory_bound(tmp_path: Path)
     for side in ("ours", "peer"):
         assert result[side]["seconds"] > 0 and result[side]["peak_rss"] > 0
     assert (tmp_path / "ours.safetensors").stat().st_size > 32 << 20
+
+
+GGUF_SCRIPT = SCRIPT.parent / "bench_gguf_dequant.py"
+
+
+def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    out = tmp_path / "gguf.json"
+    done = subprocess.run(
+        [sys.executable, str(GGUF_SCRIPT), "--quick", "--repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["type"], row["elements"]) for row in rows] == [
+        (name, size) for name in ("Q4_K", "Q6_K", "Q8_0") for size in (1 << 16, 1 << 18)
+    ]
+    for row in rows:
+        assert row["ours"]["cpu"][0] > 0 and row["gguf"]["wall"][0] > 0, row
+        assert row["ratio"] > 0 and f"{row['elements']:,}" in done.stdout

@@ -228,3 +228,22 @@ def test_the_kernel_table_is_read_only() -> None:
     with pytest.raises(TypeError):
         KERNELS["Q4_0"] = KERNELS["Q8_0"]  # type: ignore[index]
     assert set(KERNELS) == set(SCALE_FIELDS) | {"Q8_K"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K"])
+def test_memory_is_the_output_plus_one_chunk(name: str, dtype: type) -> None:
+    import tracemalloc
+
+    ggml = GGML_TYPES_BY_NAME[name]
+    blocks = random_blocks(name, (1 << 22) // ggml.block_size, seed=6, sane_scales=True)
+    output = (1 << 22) * np.dtype(dtype).itemsize
+    tracemalloc.start()
+    try:
+        dequantize_blocks(blocks, ggml, dtype)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Whole-array NumPy would hold several float32 copies (64 MiB and more); a chunk's
+    # temporaries are a few MiB at most.
+    assert peak < output + (4 << 20), peak

@@ -143,3 +143,16 @@ def test_only_q8_0_and_q4_0_quantize() -> None:
         quantize_blocks(np.ones(256, np.float32), GGML_TYPES_BY_NAME["Q4_K"])
     with pytest.raises(QuantizeError, match="cannot quantize bool"):
         quantize_blocks(np.ones(32, bool), GGML_TYPES_BY_NAME["Q8_0"])
+
+
+def test_memory_is_the_output_plus_one_chunk() -> None:
+    import tracemalloc
+
+    values = RNG.standard_normal(1 << 22, np.float32)
+    tracemalloc.start()
+    try:
+        blocks = quantize_blocks(values, GGML_TYPES_BY_NAME["Q8_0"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < blocks.nbytes + (8 << 20), peak

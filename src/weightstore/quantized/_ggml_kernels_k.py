@@ -115,13 +115,26 @@ def _k_scale_rows(blocks: Bytes) -> tuple[Floats, Floats]:
     return factor[:, :, None], offset[:, :, None]
 
 
+def _four_bit_codes(packed: Bytes, out: Floats) -> None:
+    """Q4_K's and Q5_K's 4-bit codes, (m, 128) bytes, into `out` (m, 256) as floats.
+
+    Each 32-byte group holds 64 elements, low nibbles first. Splitting a contiguous copy into
+    two contiguous arrays and interleaving them while widening is quicker than splitting the
+    strided block bytes straight into element order."""
+    m = packed.shape[0]
+    contiguous = np.ascontiguousarray(packed)
+    low = np.bitwise_and(contiguous, np.uint8(0x0F)).reshape(m, 4, 32)
+    high = np.right_shift(contiguous, np.uint8(4)).reshape(m, 4, 32)
+    view = out.reshape(m, 4, 2, 32)
+    view[:, :, 0] = low
+    view[:, :, 1] = high
+
+
 def _q4_k(blocks: Bytes, out: Floats) -> None:
     m = blocks.shape[0]
     factor, offset = _k_scale_rows(blocks)
-    q = np.empty((m, 4, 2, 32), dtype=np.uint8)
-    split_nibbles(blocks[:, 16:144].reshape(m, 4, 32), q)
+    _four_bit_codes(blocks[:, 16:144], out)
     view = out.reshape(m, 8, 32)
-    view[...] = q.reshape(m, 8, 32)
     np.multiply(view, factor, out=view)
     np.subtract(view, offset, out=view)
 
