@@ -27,13 +27,19 @@ from weightstore.quantized._ggml_bits import Bytes, Floats, IntoKernel, f16_colu
 __all__ = ["K_QUANT_KERNELS", "k_scales_and_mins"]
 
 _SHIFTS_2BIT: Final = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
-_BIT_INDEX: Final = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
 
 
 def _two_bit_planes(packed: Bytes, groups: int) -> Bytes:
-    """Each byte's four 2-bit fields, plane by plane: (m, groups, 4, 32), element order."""
+    """Each byte's four 2-bit fields, plane by plane: (m, groups, 4, 32), element order.
+
+    One shift per plane rather than one broadcast shift: NumPy's inner loops then run over
+    whole rows instead of 32 bytes at a time."""
     m = packed.shape[0]
-    planes = np.right_shift(packed.reshape(m, groups, 1, 32), _SHIFTS_2BIT)
+    source = np.ascontiguousarray(packed).reshape(m, groups, 32)
+    planes = np.empty((m, groups, 4, 32), dtype=np.uint8)
+    planes[:, :, 0] = source
+    for plane in range(1, 4):
+        np.right_shift(source, np.uint8(2 * plane), out=planes[:, :, plane])
     np.bitwise_and(planes, np.uint8(3), out=planes)
     return planes
 
@@ -41,7 +47,11 @@ def _two_bit_planes(packed: Bytes, groups: int) -> Bytes:
 def _bit_planes(packed: Bytes) -> Bytes:
     """The 8 bits of 32 bytes, bit by bit: (m, 8, 32), where row s holds bit s of each byte."""
     m = packed.shape[0]
-    planes = np.right_shift(packed.reshape(m, 1, 32), _BIT_INDEX)
+    source = np.ascontiguousarray(packed)
+    planes = np.empty((m, 8, 32), dtype=np.uint8)
+    planes[:, 0] = source
+    for bit in range(1, 8):
+        np.right_shift(source, np.uint8(bit), out=planes[:, bit])
     np.bitwise_and(planes, np.uint8(1), out=planes)
     return planes
 
@@ -143,7 +153,7 @@ def _q5_k(blocks: Bytes, out: Floats) -> None:
     m = blocks.shape[0]
     factor, offset = _k_scale_rows(blocks)
     q = np.empty((m, 4, 2, 32), dtype=np.uint8)
-    split_nibbles(blocks[:, 48:176].reshape(m, 4, 32), q)
+    split_nibbles(np.ascontiguousarray(blocks[:, 48:176]).reshape(m, 4, 32), q)
     fifth = _bit_planes(blocks[:, 16:48])
     np.left_shift(fifth, np.uint8(4), out=fifth)
     q8 = q.reshape(m, 8, 32)
@@ -160,7 +170,7 @@ def _q6_k(blocks: Bytes, out: Floats) -> None:
     factor = (d * blocks[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]
     # Low 4 bits: each half (128 elements) is 64 bytes, low nibbles then high nibbles.
     q = np.empty((m, 2, 2, 64), dtype=np.uint8)
-    split_nibbles(blocks[:, 0:128].reshape(m, 2, 64), q)
+    split_nibbles(np.ascontiguousarray(blocks[:, 0:128]).reshape(m, 2, 64), q)
     # High 2 bits: plane s of each half is bits 2s..2s+1 of its 32 bytes, moved to bits 4-5;
     # one call per plane (not one broadcast shift) keeps NumPy's inner loops long.
     packed = blocks[:, 128:192].reshape(m, 2, 32)
