@@ -6,12 +6,9 @@ quantized layouts reuse the kernels. Nothing here reads a file.
 
 from __future__ import annotations
 
-from weightstore.quantized._ggml_kernels import KERNELS as KERNELS
-from weightstore.quantized._ggml_kernels import Kernel as Kernel
-from weightstore.quantized._ggml_kernels import dequantize_blocks as dequantize_blocks
-from weightstore.quantized._ggml_kernels import dequantize_into as dequantize_into
-from weightstore.quantized._ggml_quantize import QUANTIZABLE as QUANTIZABLE
-from weightstore.quantized._ggml_quantize import quantize_blocks as quantize_blocks
+from typing import TYPE_CHECKING
+
+from weightstore.base._lazy import lazy_exports
 from weightstore.quantized._ggml_types import GGML_TYPES as GGML_TYPES
 from weightstore.quantized._ggml_types import GGML_TYPES_BY_NAME as GGML_TYPES_BY_NAME
 from weightstore.quantized._ggml_types import QK_K as QK_K
@@ -19,6 +16,29 @@ from weightstore.quantized._ggml_types import GgmlType as GgmlType
 from weightstore.quantized._ggml_types import ggml_type as ggml_type
 from weightstore.quantized._ggml_types import ggml_type_named as ggml_type_named
 
-__all__ = ["GGML_TYPES", "GGML_TYPES_BY_NAME", "QK_K", "GgmlType", "ggml_type", "ggml_type_named"]
-__all__ += ["KERNELS", "QUANTIZABLE", "Kernel", "dequantize_blocks", "dequantize_into"]
-__all__ += ["quantize_blocks"]
+if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
+    from weightstore.quantized._ggml_kernels import KERNELS as KERNELS
+    from weightstore.quantized._ggml_kernels import Kernel as Kernel
+    from weightstore.quantized._ggml_kernels import dequantize_blocks as dequantize_blocks
+    from weightstore.quantized._ggml_kernels import dequantize_into as dequantize_into
+    from weightstore.quantized._ggml_quantize import QUANTIZABLE as QUANTIZABLE
+    from weightstore.quantized._ggml_quantize import quantize_blocks as quantize_blocks
+
+# The kernels (and NumPy) load on first use: the type table is all a GGUF header needs.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "GGML_TYPES", "GGML_TYPES_BY_NAME", "QK_K", "GgmlType", "ggml_type",
+                "ggml_type_named",
+            ),
+            "weightstore.quantized._ggml_types",
+        ),
+        **dict.fromkeys(
+            ("KERNELS", "Kernel", "dequantize_blocks", "dequantize_into"),
+            "weightstore.quantized._ggml_kernels",
+        ),
+        **dict.fromkeys(("QUANTIZABLE", "quantize_blocks"), "weightstore.quantized._ggml_quantize"),
+    },
+)  # fmt: skip
