@@ -10,7 +10,9 @@ values of a weight's size (random scale bytes would make inf and NaN, which neit
 treats as a fast path). Both sides turn the same bytes into float32; the script checks once
 that the outputs agree bit for bit. NumPy's elementwise loops use one thread, so both sides run
 on one core: **MB/s** is float32 output per second on that core, **ratio** = gguf-py's median
-÷ ours (above 1, ours is faster).
+÷ ours (above 1, ours is faster). Both return a fresh array, whose first touch costs page
+faults on either side; the last two columns are ours writing into one reused array
+(`dequantize_into`), which is how a load into an existing tensor runs.
 
 Times are the median (min) of `--repeat` calls after one warm-up call, ours and gguf-py's
 alternating call by call. Rates and ratios use CPU seconds of this process
@@ -33,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from weightstore.quantized import GGML_TYPES_BY_NAME, dequantize_blocks
+from weightstore.quantized import GGML_TYPES_BY_NAME, dequantize_blocks, dequantize_into
 
 ROW_ELEMENTS = 4096
 SCALE_FIELDS = {"Q4_K": [0, 2], "Q6_K": [208], "Q8_0": [0]}  # float16 scale byte offsets
@@ -86,22 +88,24 @@ def measure(name: str, elements: int, repeat: int) -> dict[str, Any]:
     theirs = gguf.quants.dequantize(data, qtype).reshape(-1)
     if not np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)):
         raise SystemExit(f"{name}, {elements:,} elements: the outputs differ")
-    del ours, theirs
+    del theirs
     calls: dict[str, Callable[[], object]] = {
         "ours": lambda: dequantize_blocks(data, ggml),
+        "into": lambda: dequantize_into(data, ggml, ours),
         "gguf": lambda: gguf.quants.dequantize(data, qtype),
     }
     times = alternating(calls, repeat)
     megabytes = elements * 4 / 1e6
-    ours, theirs = times["ours"]["cpu"][0], times["gguf"]["cpu"][0]
+    fresh, into, theirs = (times[key]["cpu"][0] for key in ("ours", "into", "gguf"))
     return {
         "type": name,
         "elements": elements,
-        "ours": times["ours"],
-        "gguf": times["gguf"],
-        "ours_mb_s": megabytes / ours,
+        **times,
+        "ours_mb_s": megabytes / fresh,
+        "into_mb_s": megabytes / into,
         "gguf_mb_s": megabytes / theirs,
-        "ratio": theirs / ours,
+        "ratio": theirs / fresh,
+        "ratio_into": theirs / into,
     }
 
 
@@ -119,7 +123,8 @@ def main() -> None:
         sizes = [int(float(size) * (1 << 20)) for size in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
     print(f"{'type':<6} {'elements':>11} {'ours CPU ms':>17} {'gguf-py CPU ms':>17} "
-          f"{'ours MB/s':>10} {'gguf MB/s':>10} {'ratio':>7}")  # fmt: skip
+          f"{'ours MB/s':>10} {'gguf MB/s':>10} {'ratio':>7} {'into MB/s':>10} "
+          f"{'ratio':>7}")  # fmt: skip
     for name in args.types.split(","):
         for elements in sizes:
             row = measure(name, elements, args.repeat)
@@ -129,7 +134,8 @@ def main() -> None:
                   f"{f'{ours[0] * 1e3:,.1f} ({ours[1] * 1e3:,.1f})':>17} "
                   f"{f'{gguf[0] * 1e3:,.1f} ({gguf[1] * 1e3:,.1f})':>17} "
                   f"{row['ours_mb_s']:>10,.0f} {row['gguf_mb_s']:>10,.0f} "
-                  f"{row['ratio']:>6.2f}x")  # fmt: skip
+                  f"{row['ratio']:>6.2f}x {row['into_mb_s']:>10,.0f} "
+                  f"{row['ratio_into']:>6.2f}x")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
 

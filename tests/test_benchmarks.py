@@ -160,4 +160,6 @@ def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) ->
     ]
     for row in rows:
         assert row["ours"]["cpu"][0] > 0 and row["gguf"]["wall"][0] > 0, row
-        assert row["ratio"] > 0 and f"{row['elements']:,}" in done.stdout
+        assert row["into"]["cpu"][0] > 0, row
+        assert row["ratio"] > 0 and row["ratio_into"] > 0, row
+        assert f"{row['elements']:,}" in done.stdout
