@@ -17,10 +17,12 @@ offsets in bytes (ggml's ``block_q*_K`` structs):
 
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
 from typing import Final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from weightstore.quantized._ggml_bits import Bytes, Floats, IntoKernel, f16_column, split_nibbles
 
@@ -164,28 +166,49 @@ def _q5_k(blocks: Bytes, out: Floats) -> None:
     np.subtract(view, offset, out=view)
 
 
+@functools.lru_cache(maxsize=32)
+def _shift_table(pattern: tuple[int, ...], words: int, rows: int) -> NDArray[np.uint64]:
+    """Shift amounts (rows, len(pattern), words): `pattern[k]` all along row k of each group."""
+    one = np.repeat(np.array(pattern, dtype=np.uint64), words)
+    table: NDArray[np.uint64] = np.tile(one, (rows, 1)).reshape(rows, len(pattern), words)
+    table.flags.writeable = False
+    return table
+
+
+def _shifts(pattern: tuple[int, ...], words: int, rows: int) -> NDArray[np.uint64]:
+    """`_shift_table` for `rows` rows, cached by the next power of two (a chunk's size)."""
+    return _shift_table(pattern, words, 1 << max(0, (rows - 1).bit_length()))[:rows]
+
+
+_LOW4: Final = np.uint64(0x0F0F0F0F0F0F0F0F)
+_LOW2: Final = np.uint64(0x0303030303030303)
+
+
 def _q6_k(blocks: Bytes, out: Floats) -> None:
+    # NumPy's per-call cost is what dominates a kernel that walks 16-element sub-blocks, so
+    # every step here is one call over the whole chunk: the fields are copied contiguous, the
+    # bit planes cut from 64-bit words repeated once per plane and shifted by a table, and the
+    # sub-block factors repeated per element.
     m = blocks.shape[0]
     d = f16_column(blocks, 208)
-    factor = (d * blocks[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]
+    factor = d * blocks[:, 192:208].view(np.int8).astype(np.float32)
     # Low 4 bits: each half (128 elements) is 64 bytes, low nibbles then high nibbles.
-    q = np.empty((m, 2, 2, 64), dtype=np.uint8)
-    split_nibbles(np.ascontiguousarray(blocks[:, 0:128]).reshape(m, 2, 64), q)
-    # High 2 bits: plane s of each half is bits 2s..2s+1 of its 32 bytes, moved to bits 4-5;
-    # one call per plane (not one broadcast shift) keeps NumPy's inner loops long.
-    packed = blocks[:, 128:192].reshape(m, 2, 32)
-    high = np.empty((m, 2, 4, 32), dtype=np.uint8)
-    np.left_shift(packed, np.uint8(4), out=high[:, :, 0])
-    np.left_shift(packed, np.uint8(2), out=high[:, :, 1])
-    high[:, :, 2] = packed
-    np.right_shift(packed, np.uint8(2), out=high[:, :, 3])
-    np.bitwise_and(high, np.uint8(0x30), out=high)
-    q8 = q.reshape(m, 8, 32)
-    np.bitwise_or(q8, high.reshape(m, 8, 32), out=q8)
-    np.subtract(q8, np.uint8(32), out=q8)  # wraps: read as int8 it is q - 32
-    view = out.reshape(m, 16, 16)
-    view[...] = q8.view(np.int8).reshape(m, 16, 16)
-    np.multiply(view, factor, out=view)
+    low = np.ascontiguousarray(blocks[:, 0:128]).view(np.uint64).reshape(m * 2, 1, 8)
+    q = np.repeat(low, 2, axis=1)
+    np.right_shift(q, _shifts((0, 4), 8, m * 2), out=q)
+    np.bitwise_and(q, _LOW4, out=q)
+    # High 2 bits: plane s of each half is bits 2s..2s+1 of its 32 bytes.
+    packed = np.ascontiguousarray(blocks[:, 128:192]).view(np.uint64).reshape(m * 2, 1, 4)
+    high = np.repeat(packed, 4, axis=1)
+    np.right_shift(high, _shifts((0, 2, 4, 6), 4, m * 2), out=high)
+    np.bitwise_and(high, _LOW2, out=high)
+    np.left_shift(high, np.uint64(4), out=high)
+    np.bitwise_or(q, high.reshape(q.shape), out=q)
+    codes = q.reshape(-1).view(np.uint8)
+    np.subtract(codes, np.uint8(32), out=codes)  # wraps: read as int8 it is q - 32
+    flat = out.reshape(-1)
+    flat[...] = codes.view(np.int8)
+    np.multiply(flat, np.repeat(factor.reshape(-1), 16), out=flat)
 
 
 def _q8_k(blocks: Bytes, out: Floats) -> None:
