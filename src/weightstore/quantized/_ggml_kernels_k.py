@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from weightstore.quantized._ggml_bits import Bytes, Floats, IntoKernel, f16_column, split_nibbles
 
-__all__ = ["K_QUANT_KERNELS", "k_scales_and_mins"]
+__all__ = ["K_QUANT_KERNELS"]
 
 _SHIFTS_2BIT: Final = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
 
@@ -100,31 +100,28 @@ def _q3_k(blocks: Bytes, out: Floats) -> None:
     np.multiply(view, dl, out=view)
 
 
-def k_scales_and_mins(packed: Bytes) -> tuple[Bytes, Bytes]:
-    """Q4_K's and Q5_K's 8 six-bit scales and 8 six-bit mins from their 12 packed bytes.
-
-    Scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scales and mins 4-7 take
-    their low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top of bytes
-    0-3 and 4-7."""
-    m = packed.shape[0]
-    first, second, third = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
-    scales = np.empty((m, 8), dtype=np.uint8)
-    mins = np.empty((m, 8), dtype=np.uint8)
-    np.bitwise_and(first, np.uint8(0x3F), out=scales[:, :4])
-    scales[:, 4:] = (third & np.uint8(0x0F)) | ((first >> np.uint8(2)) & np.uint8(0x30))
-    np.bitwise_and(second, np.uint8(0x3F), out=mins[:, :4])
-    mins[:, 4:] = (third >> np.uint8(4)) | ((second >> np.uint8(2)) & np.uint8(0x30))
-    return scales, mins
-
-
 def _k_scale_rows(blocks: Bytes) -> tuple[Floats, Floats]:
-    """Q4_K's and Q5_K's per-sub-block factor ``d * sc`` and offset ``dmin * m``, (m, 8, 1)."""
-    d = f16_column(blocks, 0)
-    dmin = f16_column(blocks, 2)
-    scales, mins = k_scales_and_mins(blocks[:, 4:16])
+    """Q4_K's and Q5_K's per-sub-block factor ``d * sc`` and offset ``dmin * m``, (m, 8, 1).
+
+    The 8 six-bit scales and 8 six-bit mins are packed in 12 bytes: scales and mins 0-3 are
+    the low 6 bits of bytes 0-3 and 4-7; scales and mins 4-7 take their low 4 bits from the
+    nibbles of bytes 8-11 and their top 2 bits from the top of bytes 0-3 and 4-7. The first
+    16 bytes of the chunk are transposed first, so each step below is one NumPy call over
+    the chunk instead of one per block."""
+    head = np.ascontiguousarray(blocks[:, 0:16].T)  # (16, m): d, dmin, then the 12 bytes
+    halves = head[0:4].astype(np.uint16)
+    bits = halves[0::2] | (halves[1::2] << np.uint16(8))
+    d, dmin = bits.view("<f2").astype(np.float32)  # widening float16 is exact
+    first, second, third = head[4:8], head[8:12], head[12:16]
+    scales = np.empty((8, head.shape[1]), dtype=np.uint8)
+    mins = np.empty((8, head.shape[1]), dtype=np.uint8)
+    np.bitwise_and(first, np.uint8(0x3F), out=scales[:4])
+    scales[4:] = (third & np.uint8(0x0F)) | ((first >> np.uint8(2)) & np.uint8(0x30))
+    np.bitwise_and(second, np.uint8(0x3F), out=mins[:4])
+    mins[4:] = (third >> np.uint8(4)) | ((second >> np.uint8(2)) & np.uint8(0x30))
     factor = d * scales.astype(np.float32)
     offset = dmin * mins.astype(np.float32)
-    return factor[:, :, None], offset[:, :, None]
+    return factor.T[:, :, None], offset.T[:, :, None]
 
 
 def _four_bit_codes(packed: Bytes, out: Floats) -> None:
