@@ -164,6 +164,8 @@ def test_other_output_dtypes_are_refused() -> None:
     blocks = np.zeros((1, 34), np.uint8)
     with pytest.raises(DTypeError, match="float32, float16 or bfloat16"):
         dequantize_blocks(blocks, GGML_TYPES_BY_NAME["Q8_0"], np.float64)
+    with pytest.raises(DTypeError, match="'no such dtype'"):
+        dequantize_blocks(blocks, GGML_TYPES_BY_NAME["Q8_0"], "no such dtype")
     with pytest.raises(DTypeError):
         dequantize_into(blocks, GGML_TYPES_BY_NAME["Q8_0"], np.empty(32, np.int32))
 
@@ -214,13 +216,13 @@ def test_dequantize_into_fills_the_callers_array() -> None:
 def test_dequantize_into_refuses_an_unusable_out() -> None:
     ggml = GGML_TYPES_BY_NAME["Q4_0"]
     blocks = np.zeros((2, 18), np.uint8)
-    with pytest.raises(InvalidOptionError, match="64 elements"):
+    with pytest.raises(InvalidOptionError, match=r"64 elements .* not 63 elements"):
         dequantize_into(blocks, ggml, np.empty(63, np.float32))
     frozen = np.empty(64, np.float32)
     frozen.flags.writeable = False
-    with pytest.raises(InvalidOptionError):
+    with pytest.raises(InvalidOptionError, match="not read-only"):
         dequantize_into(blocks, ggml, frozen)
-    with pytest.raises(InvalidOptionError):
+    with pytest.raises(InvalidOptionError, match="not C-contiguous"):
         dequantize_into(blocks, ggml, np.empty((64, 2), np.float32)[:, 0])
 
 

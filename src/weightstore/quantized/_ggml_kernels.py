@@ -271,10 +271,13 @@ def dequantize_into(
             path=path,
             tensor=tensor,
         )
-    if out.size != n_out or not out.flags.c_contiguous or not out.flags.writeable:
+    faults = [f"{out.size:,} elements"] if out.size != n_out else []
+    faults += [] if out.flags.c_contiguous else ["not C-contiguous"]
+    faults += [] if out.flags.writeable else ["read-only"]
+    if faults:
         raise InvalidOptionError(
             f"out must be a writable C-contiguous array of {n_out:,} elements "
-            f"({rows.shape[0]:,} {ggml.name} blocks), not {out.size:,}",
+            f"({rows.shape[0]:,} {ggml.name} blocks), not {', '.join(faults)}",
             option="out",
         )
     target = out.reshape(rows.shape[0], ggml.block_size)
@@ -325,10 +328,13 @@ def dequantize_blocks(
             `ggml`.
         FormatError: the byte count is not a whole number of blocks.
     """
-    wanted = np.dtype(dtype)
-    if wanted.name not in _OUTPUT_DTYPES:
+    try:
+        wanted = np.dtype(dtype)
+    except TypeError:
+        wanted = None
+    if wanted is None or wanted.name not in _OUTPUT_DTYPES:
         raise DTypeError(
-            f"dequantized values go to float32, float16 or bfloat16, not {wanted}",
+            f"dequantized values go to float32, float16 or bfloat16, not {dtype!r}",
             path=path,
             tensor=tensor,
         )
