@@ -76,6 +76,9 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import WeightstoreError as WeightstoreError
     from weightstore.formats import FORMATS as FORMATS
     from weightstore.formats import detect_format as detect_format
+    from weightstore.gguf import GgufReader as GgufReader
+    from weightstore.gguf import GgufSplitReader as GgufSplitReader
+    from weightstore.gguf import GgufWriter as GgufWriter
     from weightstore.locate import open_reader as open_reader
     from weightstore.module_snapshot import ModuleSnapshot as ModuleSnapshot
     from weightstore.module_snapshot import apply as apply
@@ -84,9 +87,6 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.module_snapshot import save_into as save_into
     from weightstore.paths import KeyRemapper as KeyRemapper
     from weightstore.paths import PathFilter as PathFilter
-    from weightstore.gguf import GgufReader as GgufReader
-    from weightstore.gguf import GgufSplitReader as GgufSplitReader
-    from weightstore.gguf import GgufWriter as GgufWriter
     from weightstore.paths import map_indices_contiguous as map_indices_contiguous
     from weightstore.pytorch_reader import PytorchReader as PytorchReader
     from weightstore.record import ModuleRecord as ModuleRecord
