@@ -219,3 +219,31 @@ def test_a_tokenizer_sized_array_opens_without_decoding(tmp_path: Path) -> None:
         assert not isinstance(lazy, GgufValue)  # recorded where it lies, not decoded
         assert reader.metadata_length("tokenizer.ggml.tokens") == len(tokens)
         assert reader.metadata()["tokenizer.ggml.tokens"] == tokens
+
+
+def test_every_quantized_type_reads_as_gguf_py_dequantizes_it(oracle_file: Path) -> None:
+    from weightstore.errors import DTypeError
+    from weightstore.quantized import dequantizable
+
+    oracle = {t.name: t for t in gguf.GGUFReader(str(oracle_file)).tensors}
+    with GgufReader.from_file(oracle_file) as reader:
+        for name in reader.names():
+            info = reader.descriptor(name)
+            if not info.quantized:
+                continue
+            if not dequantizable(info.ggml):
+                with pytest.raises(DTypeError, match=info.ggml.name):
+                    reader.get(name)
+                continue
+            tensor = oracle[name]
+            try:
+                with np.errstate(all="ignore"):  # random scales: inf and NaN among them
+                    expected = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            except NotImplementedError:  # Q8_K: gguf-py has no dequantizer (tests/quantized)
+                continue
+            got = reader.get(name)
+            assert got.shape == expected.shape == info.shape, name
+            same = (got.view(np.uint32) == expected.view(np.uint32)) | (
+                np.isnan(got) & np.isnan(expected)
+            )
+            assert same.all(), name

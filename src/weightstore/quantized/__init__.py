@@ -17,6 +17,8 @@ from weightstore.quantized._ggml_types import ggml_type as ggml_type
 from weightstore.quantized._ggml_types import ggml_type_named as ggml_type_named
 
 if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
+    from weightstore.quantized._dequantize import dequantizable as dequantizable
+    from weightstore.quantized._dequantize import dequantize as dequantize
     from weightstore.quantized._ggml_kernels import KERNELS as KERNELS
     from weightstore.quantized._ggml_kernels import Kernel as Kernel
     from weightstore.quantized._ggml_kernels import dequantize_blocks as dequantize_blocks
@@ -40,5 +42,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "weightstore.quantized._ggml_kernels",
         ),
         **dict.fromkeys(("QUANTIZABLE", "quantize_blocks"), "weightstore.quantized._ggml_quantize"),
+        **dict.fromkeys(("dequantizable", "dequantize"), "weightstore.quantized._dequantize"),
     },
 )  # fmt: skip
