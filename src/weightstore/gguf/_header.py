@@ -205,6 +205,8 @@ def _byte_order(fixed: bytes, path: str | None) -> str:
         raise HeaderError(
             "GGUF version 1 (2023) is not read; convert it with a current llama.cpp", path=path
         )
+    if found < VERSIONS[0]:  # no GGUF version 0: "upgrade weightstore" would mislead
+        raise HeaderError(f"GGUF version {found} does not exist; the header is damaged", path=path)
     raise UnsupportedVersionError(found, VERSIONS[-1], path=path)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weightstore.base._cause import refuse_not_weights
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
+from weightstore.base._render import bounded_repr
 from weightstore.container._format import PROBE_SIZE
 from weightstore.container._reader import ContainerReader, validate_shape
 from weightstore.container._slice import TensorSlice
@@ -316,8 +317,13 @@ class BlockSlice:
     def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
         info, reader = self._info, self._reader
         if not info.quantized:
-            return np.asarray(reader.get(info.name)[key])
-        keys = _expanded(key, len(info.shape), reader.path, info.name)
+            values = reader.get(info.name)
+            try:
+                return np.asarray(values[key])
+            except (IndexError, TypeError, ValueError) as err:  # NumPy's, for a bad index
+                detail = f"index {bounded_repr(key)} does not fit the shape {info.shape}: {err}"
+                raise SliceError(detail, path=reader.path, tensor=info.name) from None
+        keys = _expanded(key, info.shape, reader.path, info.name)
         if not keys:
             return reader.get(info.name)
         raw = reader.get_raw(info.name)
@@ -328,8 +334,9 @@ class BlockSlice:
         return np.asarray(values[(..., keys[-1])])
 
 
-def _expanded(key: Any, ndim: int, path: str | None, name: str) -> tuple[Any, ...]:
-    """`key` as one int or slice per axis, or `SliceError`."""
+def _expanded(key: Any, shape: tuple[int, ...], path: str | None, name: str) -> tuple[Any, ...]:
+    """`key` as one int or slice per axis, each valid for its axis, or `SliceError`."""
+    ndim = len(shape)
     parts = key if isinstance(key, tuple) else (key,)
     if any(part is Ellipsis for part in parts):
         at = next(i for i, part in enumerate(parts) if part is Ellipsis)
@@ -347,6 +354,18 @@ def _expanded(key: Any, ndim: int, path: str | None, name: str) -> tuple[Any, ..
             what = type(part).__name__
             raise SliceError(
                 f"a quantized tensor is indexed by ints and slices, not {what}",
+                path=path,
+                tensor=name,
+            )
+    for axis, (part, size) in enumerate(zip(parts, shape[: len(parts)], strict=True)):
+        if isinstance(part, slice):
+            try:
+                part.indices(size)  # raises for a zero step or bounds that are not ints
+            except (TypeError, ValueError) as err:
+                raise SliceError(f"axis {axis}: {err}", path=path, tensor=name) from None
+        elif not -size <= part < size:
+            raise SliceError(
+                f"index {part} is out of range for axis {axis} of size {size}",
                 path=path,
                 tensor=name,
             )
