@@ -170,7 +170,7 @@ class GgufWriter(ContainerWriter):
         quantize: str | None = None,
     ) -> None:
         target = None if quantize is None else _quantize_type(quantize)
-        values = {key: infer_value(value, key) for key, value in (metadata or {}).items()}
+        values = {key: _typed(key, value) for key, value in (metadata or {}).items()}
         self.alignment = _alignment(values)
         self._planned = [self._plan(entry, target) for entry in entries]
         self._check_names()
@@ -249,6 +249,14 @@ def _quantize_type(name: str) -> GgmlType:
     return GGML_TYPES_BY_NAME[upper]
 
 
+def _typed(key: str, value: object) -> GgufValue:
+    """`infer_value`, but the alignment is a uint32 whatever int it is given as: llama.cpp
+    reads it with ``gguf_get_val_u32``, which aborts on any other type (gguf-py refuses it)."""
+    if key == ALIGNMENT_KEY and type(value) is int and 0 <= value < 2**32:
+        return GgufValue(ValueType.UINT32, value)
+    return infer_value(value, key)
+
+
 def _alignment(values: dict[str, GgufValue]) -> int:
     value = values.get(ALIGNMENT_KEY)
     if value is None:
@@ -260,8 +268,8 @@ def _alignment(values: dict[str, GgufValue]) -> int:
         or alignment & (alignment - 1)
     ):
         raise EntryError(f"{ALIGNMENT_KEY} {alignment!r} is not a power of two up to 2**24")
-    if value.type not in INTEGER_RANGES:
-        raise EntryError(f"{ALIGNMENT_KEY} must be an integer type")
+    if value.type != ValueType.UINT32:
+        raise EntryError(f"{ALIGNMENT_KEY} must be a uint32 (llama.cpp reads no other type)")
     return alignment
 
 
