@@ -15,6 +15,8 @@ fixed up (lengths, padding, zip directory), leaving the deeper checks to be test
   globals), opcodes deleted, duplicated or inserted; then re-zipped, each member stored or
   compressed with deflate, bzip2 or LZMA (sometimes with the compressed bytes damaged), or
   written back into the legacy pickle sequence or the tar layout.
+- GGUF: the header decoded field by field and edited (`fuzz.gguf_mutators`), lengths and the
+  tensor layout redone.
 
 Every mutator takes ``(data, rng)`` and returns the new bytes, or ``None`` when `data` does not
 parse as its format (the caller then falls back to libFuzzer's byte mutations).
@@ -33,6 +35,7 @@ from typing import Any, Final
 
 import cbor2
 
+from fuzz.gguf_mutators import mutate_gguf
 from weightstore.burnpack import _layout as burnpack_layout
 from weightstore.dtypes import ALL_DTYPES
 from weightstore.pytorch_reader import iter_ops
@@ -460,4 +463,5 @@ MUTATORS: Final[dict[str, Callable[[bytes, Rng], bytes | None]]] = {
     "burnpack": mutate_burnpack,
     "safetensors": mutate_safetensors,
     "pytorch": mutate_pytorch,
+    "gguf": mutate_gguf,
 }

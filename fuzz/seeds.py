@@ -141,6 +141,91 @@ def _pytorch_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def _gguf_blocks(ggml_name: str, shape: tuple[int, ...], rng: np.random.Generator) -> TensorEntry:
+    """A tensor of quantized blocks: random bytes, each block's leading f16 scale set to a
+    small finite value so the kernels' arithmetic is ordinary (the mutator breaks it)."""
+    from weightstore.dtypes import from_name
+    from weightstore.quantized import GGML_TYPES_BY_NAME
+
+    ggml = GGML_TYPES_BY_NAME[ggml_name]
+    count = int(np.prod(shape)) // ggml.block_size
+    blocks = rng.integers(0, 256, (count, ggml.type_size), np.uint8)
+    if ggml.type_size >= 2:
+        blocks[:, :2] = np.frombuffer(np.float16(0.25).tobytes(), np.uint8)
+    raw = blocks.tobytes()
+    name = f"blk.0.{ggml_name.lower()}.weight"
+    return TensorEntry(
+        name, from_name("F32"), shape, lambda: bytes(4 * count * ggml.block_size),
+        blocks=(ggml_name, lambda: raw),
+    )  # fmt: skip
+
+
+def _gguf_seeds() -> dict[str, bytes]:
+    """Written by `GgufWriter` (plain and quantized types, typed and inferred metadata, nested
+    arrays, an alignment of 64 and of 1) and by hand: big-endian, a tokenizer's arrays, a
+    0-d and an empty tensor, a 4-dim one."""
+    from fuzz.gguf_mutators import encode, flip_byte_order, parse
+    from weightstore.dtypes import from_name
+    from weightstore.gguf import GgufValue, GgufWriter, ValueType
+
+    rng = np.random.default_rng(0)
+    plain = [
+        TensorEntry.from_array(f"t.{name}", np.arange(6).astype(name).reshape(2, 3))
+        for name in ("f4", "f2", "f8", "i1", "i2", "i4", "i8")
+    ]
+    ones = np.full(8, 0x3F80, "<u2").tobytes()  # 1.0 in bfloat16
+    plain.append(TensorEntry("t.bf16", from_name("BF16"), (2, 4), ones))
+    metadata: dict[str, object] = {
+        "general.architecture": "llama", "general.name": "tiny", "llama.block_count": 2,
+        "llama.rope.freq_base": 10000.0, "general.ok": True, "general.tags": ["a", "b"],
+        "llama.sizes": [1, 2, 3],
+    }  # fmt: skip
+    seeds = {"plain": GgufWriter(plain, metadata).to_bytes()}
+    quantized = [
+        _gguf_blocks(name, (2, 256), rng)
+        for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                     "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ3_S", "TQ2_0", "MXFP4")
+    ]  # fmt: skip
+    norm = TensorEntry.from_array("blk.0.attn_norm.weight", np.ones(256, "f4"))
+    seeds["quantized"] = GgufWriter([norm, *quantized], {"general.file_type": 7}).to_bytes()
+    typed = {
+        "u8": GgufValue(ValueType.UINT8, 255), "i8": GgufValue(ValueType.INT8, -128),
+        "u16": GgufValue(ValueType.UINT16, 65535), "i16": GgufValue(ValueType.INT16, -1),
+        "u32": GgufValue(ValueType.UINT32, 2**32 - 1),
+        "u64": GgufValue(ValueType.UINT64, 2**64 - 1),
+        "i64": GgufValue(ValueType.INT64, -(2**63)), "f64": GgufValue(ValueType.FLOAT64, 0.1),
+        "nested": GgufValue(ValueType.ARRAY, [[1, 2], [3]], ValueType.ARRAY),
+        "deep": GgufValue(ValueType.ARRAY, [[["x", "y"]], [["z"]]], ValueType.ARRAY),
+        "general.alignment": GgufValue(ValueType.UINT32, 64),
+    }  # fmt: skip
+    small = [TensorEntry.from_array("w", np.arange(12, dtype="f4").reshape(3, 4))]
+    seeds["typed-aligned"] = GgufWriter(small + quantized[4:5], typed).to_bytes()
+    seeds["align-1"] = GgufWriter(small, {"general.alignment": 1}).to_bytes()
+    edge = [
+        TensorEntry.from_array("scalar", np.array(2.5, "f4")),
+        TensorEntry.from_array("empty", np.zeros((0, 3), "f4")),
+        TensorEntry.from_array("four", np.ones((1, 2, 1, 2), "f2")),
+    ]
+    tokens = ["<s>", "</s>", "\u2581the", "a", "b", "ab"] + [f"<0x{i:02X}>" for i in range(8)]
+    vocab = {
+        "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [float(-i) for i in range(len(tokens))],
+        "tokenizer.ggml.token_type": GgufValue(
+            ValueType.ARRAY, [1, 3] + [1] * (len(tokens) - 2), ValueType.INT32
+        ),
+        "tokenizer.ggml.merges": ["a b"], "tokenizer.chat_template": "{{ messages }}" * 20,
+        "tokenizer.ggml.bytes": GgufValue(ValueType.ARRAY, ["\udcff\udcfe"], ValueType.STRING),
+    }  # fmt: skip
+    seeds["tokenizer-edge"] = GgufWriter(edge, vocab).to_bytes()
+    seeds["none"] = GgufWriter([], {}).to_bytes()
+    for label in ("plain", "typed-aligned"):  # big-endian, as s390x writers lay it out
+        model = parse(seeds[label])
+        assert model is not None
+        flip_byte_order(model)
+        seeds[f"{label}-be"] = encode(model)
+    return seeds
+
+
 def _set_index_seeds() -> dict[str, bytes]:
     from fuzz.index_targets import seed_indexes
 
@@ -159,6 +244,7 @@ GENERATORS: dict[str, Callable[[], dict[str, bytes]]] = {
     "burnpack": _burnpack_seeds,
     "safetensors": _safetensors_seeds,
     "pytorch": _pytorch_seeds,
+    "gguf": _gguf_seeds,
     "set-index": _set_index_seeds,
     "dcp-index": _dcp_index_seeds,
 }
