@@ -151,6 +151,9 @@ def _exercise_reader(reader: Any, unread: frozenset[str] = frozenset()) -> None:
         if shape and shape[0] > 0:
             sliced[0:1]
             sliced[shape[0] - 1]
+            for wrong in (shape[0], slice(0, 1, 0)):  # one past the end, a zero step
+                with contextlib.suppress(WeightstoreError):  # a SliceError; nothing foreign
+                    sliced[wrong]
             if len(shape) > 1 and shape[1] > 0:
                 sliced[:, 0:1]
     metadata = reader.metadata()

@@ -432,7 +432,7 @@ class TensorSlice:
         index: Any = key
         try:  # a zero-stride stand-in of the same shape checks the index without reading
             np.broadcast_to(np.empty((), np.uint8), self.shape)[index]
-        except IndexError as err:
+        except (IndexError, TypeError, ValueError) as err:  # a zero step, a str slice bound
             detail = clip(str(err))  # NumPy's text may quote the index
             raise SliceError(detail, path=self._tensor.path, tensor=self._tensor.name) from None
         return np.asarray(self._tensor.to_numpy()[index])
