@@ -556,3 +556,30 @@ def test_a_quantized_slice_in_range_reads_the_rows_raw(tmp_path: Path) -> None:
         assert reader.get_raw("q").shape == (2, Q8_0_BLOCK)
         assert reader.get_slice("q").shape == (2, 32)
         reader.close()
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (gguf(tensor_count=MAX_TENSOR_COUNT + 1), "tensor count"),
+        (gguf([], [info("t", [31], Q8_0_ID, 0)], bytes(64)), "innermost dimension 31"),
+        (gguf([], [info("t", [4], 77, 0)], bytes(64)), "ggml type id 77"),
+        (gguf(version=1), "version 1"),
+        (b"lmgg" + bytes(60), "legacy GGML"),
+    ],
+    ids=["tensor-count", "row", "ggml-type", "version-1", "legacy"],
+)
+def test_verify_refuses_a_hostile_file_in_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, cause: str
+) -> None:
+    from weightstore import cli
+
+    path = _write(tmp_path, data)
+    assert cli.main(["verify", str(path)]) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("weightstore: error: "), lines
+    assert str(path) in lines[0] and cause in out + err
