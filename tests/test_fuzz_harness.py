@@ -113,7 +113,7 @@ def _read(reader: Any, name: str) -> None:
     """`get`, or the raw blocks of a quantized GGUF tensor while the kernels are not in the
     tree (`fuzz.targets.pending`)."""
     descriptor = reader.descriptor(name)
-    if getattr(descriptor, "quantized", False) and targets._DEQUANTIZE in targets.pending():
+    if getattr(descriptor, "quantized", False) and not targets.dequantizing():
         reader.get_raw(name)
     else:
         reader.get(name)
