@@ -30,6 +30,7 @@ import pytest
 from fuzz import index_mutators, index_targets, mutators, targets
 from fuzz.run import CORPUS, CRASHERS, PARSERS, REPLAY_CPU_S, replay
 from weightstore import formats, open_reader
+from weightstore.errors import DTypeError
 
 MUTATORS = {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}
 
@@ -110,13 +111,19 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
 
 
 def _read(reader: Any, name: str) -> None:
-    """`get`, or the raw blocks of a quantized GGUF tensor while the kernels are not in the
-    tree (`fuzz.targets.pending`)."""
-    descriptor = reader.descriptor(name)
-    if getattr(descriptor, "quantized", False) and not targets.dequantizing():
-        reader.get_raw(name)
-    else:
+    """`get`; for a quantized GGUF tensor in a big-endian file, the refusal it is documented
+    to give and the raw blocks; the raw blocks too while the kernels are not in the tree
+    (`fuzz.targets.pending`)."""
+    if not getattr(reader.descriptor(name), "quantized", False):
         reader.get(name)
+    elif getattr(reader, "byte_order", "<") == ">":
+        with pytest.raises(DTypeError, match="big-endian"):
+            reader.get(name)
+        reader.get_raw(name)
+    elif targets.dequantizing():
+        reader.get(name)
+    else:
+        reader.get_raw(name)
 
 
 def test_gguf_seeds_hold_every_kind_of_value_and_tensor() -> None:

@@ -572,13 +572,14 @@ def test_a_quantized_slice_in_range_reads_the_rows_raw(tmp_path: Path) -> None:
     ],
     ids=["tensor-count", "row", "ggml-type", "version-1", "legacy"],
 )
-def test_verify_refuses_a_hostile_file_in_one_error_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, cause: str
+@pytest.mark.parametrize("command", [["verify"], ["inspect"], ["inspect", "--json"]])
+def test_the_cli_refuses_a_hostile_file_in_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, cause: str, command: list[str]
 ) -> None:
     from weightstore import cli
 
     path = _write(tmp_path, data)
-    assert cli.main(["verify", str(path)]) == 2
+    assert cli.main([*command, str(path)]) == 2
     out, err = capsys.readouterr()
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("weightstore: error: "), lines
