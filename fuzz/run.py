@@ -126,13 +126,7 @@ def _instrumented_imports() -> Any:
 
         for module in pkgutil.walk_packages(weightstore.__path__, "weightstore."):
             if module.name not in _NOT_IMPORTED:
-                try:
-                    importlib.import_module(module.name)
-                except ModuleNotFoundError as err:
-                    # A module importing a sibling merged separately (`targets.pending`):
-                    # the read paths that need it are left out until it is in the tree.
-                    if not (err.name or "").startswith("weightstore."):
-                        raise
+                importlib.import_module(module.name)
     from fuzz import index_mutators, mutators, targets
 
     return atheris, targets, {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}

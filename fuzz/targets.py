@@ -3,8 +3,8 @@
 `exercise` writes the input to one scratch file per process and per parser, then runs the
 format's reader in each read mode (mmap and pread; the PyTorch reader maps only), format
 detection, `get` of every tensor, `get_slice` on the first few, `metadata()`, and the CLI's
-``inspect`` and ``verify`` in-process (a GGUF file also `get_raw` and its typed metadata; GGUF
-paths whose modules are not in the tree yet are left out, `pending`). A finding is anything
+``inspect`` and ``verify`` in-process (a GGUF file also `get_raw` and its typed metadata). A
+finding is anything
 but a `WeightstoreError` escaping a reader, a CLI exit code other than 0, 1 or 2 (3 is
 "internal error"), a failing CLI command whose stderr is not one ``weightstore: error:``
 line (warnings aside), or a file descriptor or mapping of the input left open once everything
@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import functools
 import gc
-import importlib.util
 import io
 import os
 import tempfile
@@ -56,14 +55,6 @@ SUFFIX: Final = {
 }
 SLICED_TENSORS: Final = 3  # get_slice on this many tensors per file; get reads every tensor
 CLI_OK_CODES: Final = frozenset({0, 1, 2})  # ok, different/failed verification, bad input
-# Modules of GGUF support written beside this harness and merged separately: while one is
-# missing from the tree, the read path that needs it is left out (not counted as a finding);
-# once it is there, the path runs. `pending()` says which are missing.
-_DEQUANTIZE: Final = (  # `get` of a quantized tensor: the block kernels, the IQ ones
-    "weightstore.quantized._ggml_kernels",
-    "weightstore.quantized._ggml_iq",
-)
-_GGUF_REPORT: Final = "weightstore.cli._report_gguf"  # `inspect` of a GGUF file
 
 
 class Finding(Exception):
@@ -124,36 +115,15 @@ def signature(err: BaseException) -> tuple[str, str]:
 # -- the read paths -------------------------------------------------------------------------------
 
 
-@functools.cache
-def pending() -> frozenset[str]:
-    """The modules of `_DEQUANTIZE` and `_GGUF_REPORT` this tree does not have yet."""
-    wanted = (*_DEQUANTIZE, _GGUF_REPORT)
-    return frozenset(name for name in wanted if not _importable(name))
-
-
-def dequantizing() -> bool:
-    """Whether `get` of a quantized tensor can run here (every kernel module is in the tree)."""
-    return not pending() & set(_DEQUANTIZE)
-
-
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ImportError:
-        return False
-
-
-def _exercise_reader(reader: Any, unread: frozenset[str] = frozenset()) -> None:
-    """Every read path of `reader`; `get` and `get_slice` skip the tensors in `unread`."""
+def _exercise_reader(reader: Any) -> None:
+    """Every read path of `reader`."""
     names = list(reader.names())
     reader.names_in_file_order()
     for name in names:
         reader.descriptor(name)
-        if name in unread:
-            continue
         array = reader.get(name)
         array.sum() if array.dtype.kind in "biuf" else None
-    for name in [name for name in names if name not in unread][:SLICED_TENSORS]:
+    for name in names[:SLICED_TENSORS]:
         sliced = reader.get_slice(name)
         sliced[...]
         shape = tuple(reader.descriptor(name).shape)
@@ -202,8 +172,7 @@ def _gguf(path: str) -> None:
 
 def _exercise_gguf(reader: Any) -> None:
     """What only a GGUF reader has (raw blocks, typed metadata asked about key by key, a
-    dequantization dtype), then the common paths; quantized tensors are dequantized by `get`
-    and their slices once the kernels are in the tree."""
+    dequantization dtype), then the common paths, which dequantize quantized tensors."""
     quantized = frozenset(name for name in reader.names() if reader.descriptor(name).quantized)
     for name in reader.names():
         reader.ggml_type(name)
@@ -212,11 +181,10 @@ def _exercise_gguf(reader: Any) -> None:
         reader.metadata_type(key)
         reader.metadata_length(key)
     reader.metadata_typed()
-    unread = frozenset() if dequantizing() else quantized
-    for name in sorted(quantized - unread)[:1]:
+    for name in sorted(quantized)[:1]:
         with contextlib.suppress(WeightstoreError):  # the right refusal for some types
             reader.get(name, dtype="BF16")
-    _exercise_reader(reader, unread)
+    _exercise_reader(reader)
 
 
 _READERS: Final[dict[str, Callable[[str], None]]] = {
@@ -242,10 +210,9 @@ def _cli_parser(command: str | None) -> argparse.ArgumentParser:
     return _PARSER_FOR(command)
 
 
-def _cli(path: str, inspect: bool = True) -> None:
-    """``inspect``, ``inspect --json`` (unless not `inspect`) and ``verify`` of `path`."""
-    commands = [["inspect", path], ["inspect", "--json", path]] if inspect else []
-    for argv in (*commands, ["verify", "--quiet", path]):
+def _cli(path: str) -> None:
+    """``inspect``, ``inspect --json`` and ``verify`` of `path`."""
+    for argv in (["inspect", path], ["inspect", "--json", path], ["verify", "--quiet", path]):
         out, err = io.StringIO(), io.StringIO()
         with _cached_cli_parser(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli.main(argv)
@@ -336,7 +303,7 @@ def exercise(parser: str, data: bytes, *, thorough: bool = False) -> None:
     with _no_leaks(path, thorough):
         _READERS[parser](path)
         _detect(path)
-        _cli(path, inspect=parser != "gguf" or _GGUF_REPORT not in pending())
+        _cli(path)
 
 
 def check(parser: str, data: bytes, *, thorough: bool = False) -> None:

@@ -112,18 +112,15 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
 
 def _read(reader: Any, name: str) -> None:
     """`get`; for a quantized GGUF tensor in a big-endian file, the refusal it is documented
-    to give and the raw blocks; the raw blocks too while the kernels are not in the tree
-    (`fuzz.targets.pending`)."""
+    to give and the raw blocks."""
     if not getattr(reader.descriptor(name), "quantized", False):
         reader.get(name)
     elif getattr(reader, "byte_order", "<") == ">":
         with pytest.raises(DTypeError, match="big-endian"):
             reader.get(name)
         reader.get_raw(name)
-    elif targets.dequantizing():
-        reader.get(name)
     else:
-        reader.get_raw(name)
+        reader.get(name)
 
 
 def test_gguf_seeds_hold_every_kind_of_value_and_tensor() -> None:
