@@ -15,6 +15,7 @@ from weightstore.quantized._ggml_types import QK_K as QK_K
 from weightstore.quantized._ggml_types import GgmlType as GgmlType
 from weightstore.quantized._ggml_types import ggml_type as ggml_type
 from weightstore.quantized._ggml_types import ggml_type_named as ggml_type_named
+from weightstore.quantized._group import QuantizedGroup as QuantizedGroup
 
 if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
     from weightstore.quantized._dequantize import dequantizable as dequantizable
@@ -37,6 +38,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             ),
             "weightstore.quantized._ggml_types",
         ),
+        "QuantizedGroup": "weightstore.quantized._group",
         **dict.fromkeys(
             ("KERNELS", "Kernel", "dequantize_blocks", "dequantize_into"),
             "weightstore.quantized._ggml_kernels",
