@@ -38,7 +38,7 @@ from weightstore.base._render import bounded_repr
 from weightstore.burnpack._magic import EXTENSION as EXTENSION
 from weightstore.burnpack._magic import MAGIC as MAGIC
 from weightstore.burnpack._magic import MAGIC_BYTES as MAGIC_BYTES
-from weightstore.dtypes import DType
+from weightstore.dtypes import DType, from_name
 
 if TYPE_CHECKING:
     import cbor2
@@ -136,6 +136,14 @@ class TensorDescriptor(ValueRecord):
     def nbytes(self) -> int:
         """Bytes the tensor spans in the data section."""
         return self.data_offsets[1] - self.data_offsets[0]
+
+    @property
+    def logical_dtype(self) -> DType:
+        """What the tensor holds as values: its dtype, but F32 for a QFloat tensor, whose bytes
+        are codes and scales (`BurnpackReader.get_dequantized` gives the values)."""
+        if self.dtype.kind == "q":
+            return from_name("F32")
+        return self.dtype
 
 
 class _ShortestFloat(float):

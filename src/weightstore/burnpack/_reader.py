@@ -39,7 +39,7 @@ from weightstore.burnpack._layout import (
 from weightstore.container._format import PROBE_SIZE, path_for_read
 from weightstore.container._reader import ContainerReader, is_u64, parse_shape_and_offsets, spans_of
 from weightstore.container._slice import TensorSlice
-from weightstore.dtypes import DType, from_burnpack
+from weightstore.dtypes import DType, from_burnpack, from_name
 from weightstore.errors import (
     DescriptorError,
     DTypeError,
@@ -56,6 +56,8 @@ from weightstore.io._source import ByteSource, ReadMode
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from weightstore.quantized._burn_qfloat import BurnQuantScheme
 else:
     np = import_on_first_use("numpy", globals(), "np")  # header-only work never needs NumPy
 
@@ -223,13 +225,67 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
     def get(self, name: str) -> np.ndarray[Any, Any]:
         """One tensor as a NumPy array in its stored dtype, a zero-copy view where possible.
 
-        Bools stored as u8/u32 words come back as ``bool`` arrays (a copy).
+        Bools stored as u8/u32 words come back as ``bool`` arrays (a copy). A QFloat tensor
+        raises `DTypeError` (its bytes are codes and scales, not values of one dtype):
+        `get_dequantized` gives its values, `get_bytes` its stored bytes.
         """
         array = ContainerReader.get(self, name)
         if array.dtype != np.bool_ and self.descriptors[name].dtype.kind == "b":
             words: np.ndarray[Any, Any] = np.not_equal(array, 0)
             return words
         return array
+
+    def quant_scheme(self, name: str) -> BurnQuantScheme:
+        """The decoded `QuantScheme` of QFloat tensor `name` (value, store, levels, block).
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+            DTypeError: the tensor is not QFloat.
+            DescriptorError: the scheme is malformed.
+        """
+        from weightstore.quantized._burn_qfloat import parse_burn_scheme
+
+        descriptor = self.descriptor(name)
+        if descriptor.quant_scheme is None:
+            raise DTypeError(
+                f"stored as {descriptor.dtype.name}, not QFloat; it has no quantization scheme",
+                path=self.path,
+                tensor=name,
+            )
+        return parse_burn_scheme(descriptor.quant_scheme, path=self.path, tensor=name)
+
+    def get_dequantized(self, name: str, dtype: DType | str = "F32") -> np.ndarray[Any, Any]:
+        """QFloat tensor `name` dequantized to `dtype` (``F32``, ``F16`` or ``BF16``; the
+        narrower ones rounded from float32 a chunk at a time), in its logical shape.
+
+        Symmetric Q8S/Q4S/Q2S (and Q8F/Q4F/Q2F), per tensor or per block, one or two scale
+        levels, Native, PackedNative or PackedU32 stores: ``x = scale * q`` as docs/burnpack.md
+        gives it. `get` of a QFloat tensor still raises `DTypeError`; `get_bytes` gives the
+        stored bytes.
+
+        Raises:
+            TensorNotFoundError: no tensor of that name.
+            DTypeError: not QFloat; a scheme not dequantized (float values, lookup mode,
+                UE8M0 scales); `dtype` not F32, F16 or BF16.
+            DescriptorError: a malformed scheme; a byte length other than the scheme and shape
+                give (checked before anything is read); non-finite scales.
+        """
+        from weightstore.quantized._burn_qfloat import check_burn_qfloat, dequantize_burn_qfloat
+
+        output = from_name(dtype) if isinstance(dtype, str) else dtype
+        if output.name not in ("F32", "F16", "BF16") or output.numpy is None:
+            raise DTypeError(
+                f"a QFloat tensor dequantizes to F32, F16 or BF16, not {output.name}",
+                path=self.path,
+                tensor=name,
+            )
+        scheme = self.quant_scheme(name)
+        descriptor = self.descriptors[name]
+        check_burn_qfloat(scheme, descriptor.shape, descriptor.nbytes, path=self.path, tensor=name)
+        data = self.get_bytes(name)
+        return dequantize_burn_qfloat(
+            data, descriptor.shape, scheme, output.numpy, path=self.path, tensor=name
+        )
 
     def get_slice(self, name: str) -> TensorSlice:
         """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
