@@ -44,6 +44,33 @@ def _arrays() -> dict[str, dict[str, np.ndarray[Any, Any]]]:
     }
 
 
+def _qfloat_entries() -> list[TensorEntry]:
+    """Burn QFloat tensors: Q4S packed in u32 words with f16 block scales, Q2S per tensor,
+    and Q8S native with UE4M3 block scales under an f32 per-tensor scale."""
+    from weightstore.dtypes import from_name
+
+    def scheme(value: str, store: Any, tensor: Any, block: Any) -> dict[str, Any]:
+        return {"value": value, "store": store, "mode": "Symmetric", "tensor": tensor,
+                "block": block}  # fmt: skip
+
+    def block(size: int, dtype: str) -> dict[str, Any]:
+        return {"size": {"storage": [size, 1, 1, 1, 1], "len": 1}, "dtype": dtype}
+
+    words = np.arange(6, dtype="<u4") * 0x1234567
+    tensors = [
+        ("q4", (3, 9), words.tobytes() + np.ones(9, "<f2").tobytes(),
+         scheme("Q4S", {"PackedU32": 0}, None, block(4, "F16"))),
+        ("q2", (2, 5), words[:2].tobytes() + np.float32(0.5).tobytes(),
+         scheme("Q2S", {"PackedU32": 0}, None, None)),
+        ("q8", (8,), bytes(range(8)) + bytes([0x30, 0x38]) + np.float32(2).tobytes(),
+         scheme("Q8S", "Native", "F32", block(4, "UE4M3"))),
+    ]  # fmt: skip
+    return [
+        TensorEntry(name, from_name("QFLOAT"), shape, data, nbytes=len(data), quant_scheme=quant)
+        for name, shape, data, quant in tensors
+    ]
+
+
 def _burnpack_seeds() -> dict[str, bytes]:
     seeds: dict[str, bytes] = {}
     for label, arrays in _arrays().items():
@@ -53,6 +80,7 @@ def _burnpack_seeds() -> dict[str, bytes]:
     seeds["metadata"] = burnpack.write_bytes(entries, {"format": "burn", "": "x" * 40})
     seeds["scalars"] = burnpack.write_bytes(entries, scalars={"epoch": 3, "lr": 0.5, "ok": True})
     seeds["none"] = burnpack.write_bytes([])
+    seeds["qfloat"] = burnpack.write_bytes(_qfloat_entries())
     example = Path(burnpack.__file__).parent.parent / "examples" / "tiny_cnn.bpk"
     seeds["tiny_cnn"] = example.read_bytes()
     return seeds

@@ -143,6 +143,10 @@ def _exercise_reader(reader: Any) -> None:
 def _burnpack(path: str) -> None:
     for mode in ("mmap", "pread"):
         with contextlib.suppress(WeightstoreError), open_burnpack(path, mode=mode) as reader:
+            for name, descriptor in reader.descriptors.items():
+                if descriptor.dtype.kind == "q":  # before `get`, which refuses QFloat
+                    with contextlib.suppress(WeightstoreError):
+                        reader.get_dequantized(name).sum()
             _exercise_reader(reader)
             reader.scalars  # noqa: B018 - parsed at open; touched so a lazy parse would run too
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fuzz import index_mutators, index_targets, mutators, targets
@@ -112,8 +113,10 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
 
 def _read(reader: Any, name: str) -> None:
     """`get`; for a quantized GGUF tensor in a big-endian file, the refusal it is documented
-    to give and the raw blocks."""
-    if not getattr(reader.descriptor(name), "quantized", False):
+    to give and the raw blocks; for a burnpack QFloat tensor, its dequantized values."""
+    if getattr(reader.descriptor(name), "quant_scheme", None) is not None:
+        assert np.isfinite(reader.get_dequantized(name)).all()
+    elif not getattr(reader.descriptor(name), "quantized", False):
         reader.get(name)
     elif getattr(reader, "byte_order", "<") == ">":
         with pytest.raises(DTypeError, match="big-endian"):
