@@ -1,4 +1,5 @@
-"""Quantized blocks: ggml's block types and the NumPy kernels that dequantize and quantize them.
+"""Quantized blocks: ggml's block types and the NumPy kernels that dequantize and quantize them,
+and Burn's QFloat schemes (`parse_burn_scheme`, `dequantize_burn_qfloat`).
 
 Format-free and model-free: GGUF stores whole tensors in these blocks, and other containers'
 quantized layouts reuse the kernels. Nothing here reads a file.
@@ -18,6 +19,13 @@ from weightstore.quantized._ggml_types import ggml_type_named as ggml_type_named
 from weightstore.quantized._group import QuantizedGroup as QuantizedGroup
 
 if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
+    from weightstore.quantized._burn_qfloat import BurnQuantScheme as BurnQuantScheme
+    from weightstore.quantized._burn_qfloat import burn_qfloat_nbytes as burn_qfloat_nbytes
+    from weightstore.quantized._burn_qfloat import check_burn_qfloat as check_burn_qfloat
+    from weightstore.quantized._burn_qfloat import (
+        dequantize_burn_qfloat as dequantize_burn_qfloat,
+    )
+    from weightstore.quantized._burn_qfloat import parse_burn_scheme as parse_burn_scheme
     from weightstore.quantized._dequantize import dequantizable as dequantizable
     from weightstore.quantized._dequantize import dequantize as dequantize
     from weightstore.quantized._ggml_kernels import KERNELS as KERNELS
@@ -45,5 +53,12 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         **dict.fromkeys(("QUANTIZABLE", "quantize_blocks"), "weightstore.quantized._ggml_quantize"),
         **dict.fromkeys(("dequantizable", "dequantize"), "weightstore.quantized._dequantize"),
+        **dict.fromkeys(
+            (
+                "BurnQuantScheme", "burn_qfloat_nbytes", "check_burn_qfloat",
+                "dequantize_burn_qfloat", "parse_burn_scheme",
+            ),
+            "weightstore.quantized._burn_qfloat",
+        ),
     },
 )  # fmt: skip

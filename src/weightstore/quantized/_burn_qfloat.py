@@ -34,6 +34,7 @@ __all__ = [
     "BURN_DEQUANTIZABLE_VALUES",
     "BurnQuantScheme",
     "burn_qfloat_nbytes",
+    "check_burn_qfloat",
     "dequantize_burn_qfloat",
     "parse_burn_scheme",
 ]
