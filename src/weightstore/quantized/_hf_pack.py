@@ -1,0 +1,94 @@
+"""What the packed SafeTensors layouts (NVFP4, int pack-quantized) share: output dtypes, row
+chunks, checked shapes and the one error shape for a group whose parts disagree.
+
+Both layouts' dequantizers write a row range at a time into a preallocated output, so a call's
+peak memory is its output plus one chunk (`CHUNK_ELEMENTS` outputs and their temporaries).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import numpy as np
+
+from weightstore.errors import DescriptorError, DTypeError
+from weightstore.quantized._group import QuantizedGroup
+
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "TensorInfo",
+    "companion_prefix",
+    "group_error",
+    "output_dtype",
+    "part",
+    "row_chunks",
+]
+
+TensorInfo = tuple[str, tuple[int, ...]]
+"""What a rule sees of a stored tensor: its weightstore dtype name and its shape."""
+
+CHUNK_ELEMENTS: Final = 1 << 18
+"""Outputs per chunk (1 MiB of float32), as in the ggml kernels: the chunk and its temporaries
+stay in cache, and the peak memory of a dequantization is its output plus one chunk."""
+
+_OUTPUT_DTYPES: Final = ("float32", "float16", "bfloat16")
+
+
+def output_dtype(dtype: Any, group: QuantizedGroup) -> np.dtype[Any]:
+    """`dtype` as a NumPy dtype (float32 for None), refused unless float32, float16, bfloat16."""
+    if dtype is None:
+        return np.dtype(np.float32)
+    try:
+        wanted = np.dtype(dtype)
+    except TypeError:
+        wanted = None
+    if wanted is None or wanted.name not in _OUTPUT_DTYPES:
+        raise DTypeError(
+            f"{group.layout} group {group.name!r} dequantizes to float32, float16 or bfloat16, "
+            f"not {dtype!r}",
+            tensor=group.name,
+        )
+    return wanted
+
+
+def group_error(group: QuantizedGroup, first: str, second: str, detail: str) -> DescriptorError:
+    """The error for two parts of a group that disagree, naming the group and both tensors."""
+    return DescriptorError(
+        f"{group.layout} group {group.name!r}: {first} and {second} disagree: {detail}",
+        tensor=group.name,
+    )
+
+
+def part(group: QuantizedGroup, parts: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """The array of stored tensor `name`, refused when the caller did not pass it."""
+    array = parts.get(name)
+    if array is None:
+        raise DescriptorError(
+            f"{group.layout} group {group.name!r} needs its part {name!r}, which was not given",
+            tensor=group.name,
+        )
+    return np.asarray(array)
+
+
+def companion_prefix(name: str, suffix: str) -> str | None:
+    """The module prefix of `name` when it ends with `suffix` (``"a.b."`` for ``a.b.weight``,
+    ``""`` for a bare ``weight``), else None."""
+    if name == suffix:
+        return ""
+    if name.endswith("." + suffix):
+        return name[: -len(suffix)]
+    return None
+
+
+def row_chunks(rows: int, row_elements: int) -> Iterator[slice]:
+    """Row ranges of about `CHUNK_ELEMENTS` outputs each (at least one row)."""
+    step = max(1, CHUNK_ELEMENTS // max(1, row_elements))
+    for start in range(0, rows, step):
+        yield slice(start, min(rows, start + step))
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    """The element count of `shape`."""
+    return math.prod(shape)
