@@ -40,6 +40,7 @@ def output_dtype(dtype: Any, group: QuantizedGroup) -> np.dtype[Any]:
     """`dtype` as a NumPy dtype (float32 for None), refused unless float32, float16, bfloat16."""
     if dtype is None:
         return np.dtype(np.float32)
+    wanted: np.dtype[Any] | None
     try:
         wanted = np.dtype(dtype)
     except TypeError:
