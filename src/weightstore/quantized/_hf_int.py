@@ -80,10 +80,10 @@ class IntPackGroup(QuantizedGroup):
 class _Scheme:
     """One config group's weight arguments."""
 
-    __slots__ = ("group_size", "num_bits", "strategy")
+    __slots__ = ("group_size", "num_bits")
 
-    def __init__(self, num_bits: int, strategy: str, group_size: int | None) -> None:
-        self.num_bits, self.strategy, self.group_size = num_bits, strategy, group_size
+    def __init__(self, num_bits: int, group_size: int | None) -> None:
+        self.num_bits, self.group_size = num_bits, group_size
 
 
 def _config_schemes(config: Mapping[str, Any] | None) -> list[_Scheme] | None:
@@ -106,8 +106,7 @@ def _config_schemes(config: Mapping[str, Any] | None) -> list[_Scheme] | None:
             continue
         bits, size = weights.get("num_bits"), weights.get("group_size")
         if isinstance(bits, int) and 1 <= bits <= 8:
-            strategy = str(weights.get("strategy") or ("group" if size else "channel"))
-            schemes.append(_Scheme(bits, strategy, size if isinstance(size, int) else None))
+            schemes.append(_Scheme(bits, size if isinstance(size, int) else None))
     return schemes
 
 
@@ -116,14 +115,19 @@ def _packed_words(count: int, bits: int) -> int:
 
 
 def _layout(
-    codes: tuple[int, ...], scale: tuple[int, ...], cols: int, group: QuantizedGroup
+    codes: tuple[int, ...],
+    scale: tuple[int, ...],
+    cols: int,
+    group: QuantizedGroup,
+    provisional: bool = False,
 ) -> tuple[int, tuple[int, ...]]:
     """Scale groups per row and the block for `cols` columns, refused when `scale` does not
-    fit: ``(*lead, groups)`` with groups dividing cols, or one value per tensor."""
+    fit: ``(*lead, groups)`` with groups dividing cols (unchecked while `provisional`, when
+    cols is only assumed), or one value per tensor."""
     lead = codes[:-1]
     scale_name = group.companions["scale"]
     if len(scale) == len(codes) and scale[:-1] == lead and scale[-1] >= 1:
-        if cols % scale[-1]:
+        if cols % scale[-1] and not provisional:
             raise group_error(
                 group, group.companions["shape"], scale_name,
                 f"{cols} columns do not split into {scale[-1]} equal groups",
@@ -193,7 +197,7 @@ def _candidate(
     cols = per_row * size if size and per_row > 1 else 32 * words // bits
     if _packed_words(cols, bits) != words:
         return None
-    groups, block = _layout(codes_shape, scale_shape, cols, group)
+    groups, block = _layout(codes_shape, scale_shape, cols, group, provisional=scheme is None)
     _check_companions(group, infos, bits if scheme is not None else 0, groups)
     return group.replace(
         logical_shape=(*codes_shape[:-1], cols), block=block,
