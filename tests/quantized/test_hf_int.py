@@ -384,3 +384,11 @@ def test_bfloat16_output_is_the_float32_rounded() -> None:
     values = dequantize_int_pack(group, parts)
     out = dequantize_int_pack(group, parts, ml_dtypes.bfloat16)
     assert bits_equal(out, values.astype(ml_dtypes.bfloat16))
+
+
+def test_codes_of_another_dtype_are_refused() -> None:
+    parts, _ = hand_parts()
+    [group] = rule_int_pack(infos_of(parts), config(4, "group", 32, False))
+    parts["m.weight_packed"] = parts["m.weight_packed"].astype(np.float32)
+    with pytest.raises(DescriptorError, match=r"codes 'm\.weight_packed' are F32, not I32"):
+        dequantize_int_pack(group, parts)

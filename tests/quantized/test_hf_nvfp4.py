@@ -293,3 +293,12 @@ def test_missing_part_and_bad_output_dtype_are_typed() -> None:
     del parts["m.weight_scale"]
     with pytest.raises(DescriptorError, match=r"needs its part 'm\.weight_scale'"):
         dequantize_nvfp4(group, parts)
+
+
+def test_empty_tensor_dequantizes_to_empty() -> None:
+    parts = {
+        "m.weight_packed": np.zeros((3, 0), np.uint8),
+        "m.weight_scale": np.zeros((3, 0), F8),
+        "m.weight_global_scale": np.ones(1, np.float32),
+    }
+    assert dequantize_nvfp4(group_of(parts), parts).shape == (3, 0)

@@ -277,7 +277,12 @@ def resolve_int_pack(
             cannot be told apart (fewer than 32 columns and no config).
     """
     shape = _shape_values(group, weight_shape)
-    codes_shape = infos[group.codes][1]
+    codes_dtype, codes_shape = infos[group.codes]
+    if codes_dtype != "I32":
+        raise DescriptorError(
+            f"{LAYOUT} group {group.name!r}: codes {group.codes!r} are {codes_dtype}, not I32",
+            tensor=group.name,
+        )
     shape_name = group.companions["shape"]
     if len(shape) != len(codes_shape) or shape[:-1] != codes_shape[:-1]:
         raise group_error(

@@ -226,6 +226,8 @@ def dequantize_nvfp4(
         np.multiply(scale, np.float32(second), out=scale)
     codes = arrays[group.codes]
     columns = group.logical_shape[-1]
+    if not elements(group.logical_shape):
+        return np.empty(group.logical_shape, dtype=wanted)
     rows = elements(group.logical_shape) // columns
     codes = codes.reshape(rows, columns // 2)
     scale = scale.reshape(rows, columns // NVFP4_GROUP_SIZE, 1)
