@@ -392,3 +392,17 @@ def test_codes_of_another_dtype_are_refused() -> None:
     parts["m.weight_packed"] = parts["m.weight_packed"].astype(np.float32)
     with pytest.raises(DescriptorError, match=r"codes 'm\.weight_packed' are F32, not I32"):
         dequantize_int_pack(group, parts)
+
+
+def test_mixed_config_leaves_the_width_to_weight_shape() -> None:
+    """An int4-g32 and an int8-channel scheme both fit an int8 channel tensor's shapes: the
+    rule leaves the width open, and weight_shape settles it (int4 would be refused)."""
+    parts, values = hand_parts(rows=8, cols=64, gs=64, bits=8, asymmetric=False)
+    mixed = config(4, "group", 32, True)
+    mixed["config_groups"]["group_1"] = config(8, "channel", None, True)["config_groups"]["group_0"]
+    infos = infos_of(parts)
+    [group] = rule_int_pack(infos, mixed)
+    assert isinstance(group, IntPackGroup) and group.num_bits == 0
+    resolved = resolve_int_pack(group, parts["m.weight_shape"], infos)
+    assert resolved.num_bits == 8 and resolved.logical_shape == (8, 64)
+    assert np.array_equal(dequantize_int_pack(resolved, parts), values.astype(np.float32))

@@ -211,9 +211,10 @@ def rule_int_pack(
     """The pack-quantized groups among `tensors` (stored name -> (dtype name, shape)).
 
     ``<m>.weight_packed`` I32 with ``<m>.weight_scale`` and ``<m>.weight_shape`` is a group; a
-    compressed-tensors config with ``pack-quantized`` groups gives the bits (the first of its
-    schemes that fits the shapes) and makes the names binding; one naming another method or
-    format yields none. Returned groups are `IntPackGroup`.
+    compressed-tensors config with ``pack-quantized`` groups gives the bits (those of the
+    schemes that fit the shapes; when several widths fit, the group is left for
+    `resolve_int_pack` to settle, as without a config) and makes the names binding; one naming
+    another method or format yields none. Returned groups are `IntPackGroup`.
 
     Raises:
         DescriptorError: a group's parts disagree, or no configured scheme fits them.
@@ -247,6 +248,9 @@ def rule_int_pack(
                 f"no configured bit width fits {shape[-1]} words and scale "
                 f"{list(tensors[companions['scale']][1])}",
             )  # fmt: skip
+        if len({g.num_bits for g in fitting}) > 1:  # widths that only weight_shape tells apart
+            unsettled = _candidate(base, tensors, None)
+            fitting = [unsettled] if unsettled is not None else fitting
         found.append(fitting[0])
     return found
 
