@@ -32,6 +32,13 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.DigestMismatchError("sha256", "ab" * 32, "cd" * 32, path="m.bpk", tensor="fc.w"),
     errors.DescriptorError("offsets overlap", path="x.bpk", tensor="b"),
     errors.QuantizeError("value 3 is nan; Q8_0 has no code for NaN or infinity", tensor="w"),
+    errors.QuantizedLayoutError(
+        "scale shape (2, 3), the codes' 128x128 blocks need (2, 4)",
+        group="w",
+        codes="w",
+        companion="w_scale_inv",
+        path="m.safetensors",
+    ),
     errors.UnsupportedFormatError("not a burnpack file", path="x.pt", found="pytorch"),
     errors.TensorNotFoundError("fc.weight", path="m.bpk", known=3),
     errors.NotWeightsError("is an HTML page, likely a failed download", "html", path="m.bin"),

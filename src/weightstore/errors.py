@@ -11,6 +11,7 @@ resembles, so callers can catch ours or keep their old handlers::
     │   │   └── PickleError                 a pickle stream that breaks the pickle machine's rules
     │   ├── DescriptorError                 a tensor descriptor that lies (offsets, shape, dtype)
     │   │   └── MissingStorageError         a tensor whose storage the file does not hold
+    │   ├── QuantizedLayoutError            a quantized group's parts that disagree (scale shape)
     │   ├── LimitExceeded                   a claimed size over a reader limit
     │   ├── TruncatedError (EOFError)       the file ends before what it claims
     │   ├── ArchiveError                    the zip or tar container around the data is damaged
@@ -89,6 +90,7 @@ __all__ = [
     "PathIsDirectoryError",
     "PickleError",
     "QuantizeError",
+    "QuantizedLayoutError",
     "RemapCollisionError",
     "RemoteReadError",
     "SaveFailedError",
@@ -178,6 +180,35 @@ class MetadataError(FormatError):
 
 class DescriptorError(FormatError):
     """A tensor descriptor is inconsistent: offsets, shape, dtype, duplicates or overlaps."""
+
+
+class QuantizedLayoutError(FormatError):
+    """The stored tensors of one quantized group disagree with each other or with the layout:
+    scales whose shape is not the one the codes' blocks imply, a scale dtype outside the
+    scheme, codes of the wrong dtype, a missing part. Raised when a group is recognised and
+    again before a dequantization allocates anything, so a damaged checkpoint never loads
+    codes as weights or scales the wrong blocks.
+
+    Attributes:
+        group: the logical tensor's name (``"model.layers.0.mlp.down_proj.weight"``).
+        codes: the stored tensor holding the codes.
+        companion: the companion at fault (the scale, ...), when one is.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        group: str,
+        codes: str,
+        companion: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.group, self.codes, self.companion = group, codes, companion
+        shown = f"codes {bounded_repr(codes, limit=MAX_NAME_IN_MESSAGE)}"
+        if companion is not None:
+            shown += f", {bounded_repr(companion, limit=MAX_NAME_IN_MESSAGE)}"
+        super().__init__(f"quantized group ({shown}): {detail}", path=path, tensor=group)
 
 
 class LimitExceeded(FormatError):

@@ -1,5 +1,7 @@
 """Quantized blocks: ggml's block types and the NumPy kernels that dequantize and quantize them,
-and Burn's QFloat schemes (`parse_burn_scheme`, `dequantize_burn_qfloat`).
+Burn's QFloat schemes (`parse_burn_scheme`, `dequantize_burn_qfloat`), and the quantized
+layouts of SafeTensors-style checkpoints (FP8, MXFP4): which stored tensors form a group
+(`recognise`) and their dequantization (`dequantize_group`).
 
 Format-free and model-free: GGUF stores whole tensors in these blocks, and other containers'
 quantized layouts reuse the kernels. Nothing here reads a file.
@@ -34,6 +36,8 @@ if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
     from weightstore.quantized._ggml_kernels import dequantize_into as dequantize_into
     from weightstore.quantized._ggml_quantize import QUANTIZABLE as QUANTIZABLE
     from weightstore.quantized._ggml_quantize import quantize_blocks as quantize_blocks
+    from weightstore.quantized._hf_dequantize import dequantize_group as dequantize_group
+    from weightstore.quantized._hf_recognise import recognise as recognise
 
 # The kernels (and NumPy) load on first use: the type table is all a GGUF header needs.
 __getattr__, __dir__, __all__ = lazy_exports(
@@ -60,5 +64,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             ),
             "weightstore.quantized._burn_qfloat",
         ),
+        "recognise": "weightstore.quantized._hf_recognise",
+        "dequantize_group": "weightstore.quantized._hf_dequantize",
     },
 )  # fmt: skip
