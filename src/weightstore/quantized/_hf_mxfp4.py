@@ -115,6 +115,10 @@ def dequantize_mxfp4_group(
             "mxfp4 group has no scale companion", group=group.name, codes=group.codes
         )
     blocks, scales = group_part(group, parts, group.codes), group_part(group, parts, scales_name)
+    check_mxfp4(
+        group.name, group.codes, dtype_name(blocks), blocks.shape, scales_name,
+        dtype_name(scales), scales.shape,
+    )  # fmt: skip
     if mxfp4_logical_shape(blocks.shape) != group.logical_shape:
         raise QuantizedLayoutError(
             f"blocks of shape {list(blocks.shape)} hold {list(mxfp4_logical_shape(blocks.shape))}"

@@ -30,8 +30,10 @@ from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_shapes import (
     FP8_CODE_DTYPES,
     check_fp8,
+    check_fp8_dtypes,
     check_mxfp4,
     fp8_accepts_scale,
+    fp8_scale_mismatch,
     mxfp4_logical_shape,
 )
 
@@ -179,7 +181,7 @@ def _compressed_float_strategies(config: Mapping[str, object]) -> list[Mapping[s
         if not isinstance(scheme, Mapping):
             continue
         weights = scheme.get("weights")
-        stored = scheme.get("format", default_format)
+        stored = scheme.get("format") or default_format
         is_float = isinstance(weights, Mapping) and weights.get("type", "float") == "float"
         if stored == "float-quantized" and is_float and isinstance(weights, Mapping):
             found.append(weights)
@@ -226,7 +228,14 @@ def _float_quantized_group(
             companion=prefix + "weight_zero_point",
             path=path,
         )
-    block = fitting[0] if fitting else next((b for b in blocks if b is not None), ())
+    if not fitting:
+        (codes_dtype, _), (scale_dtype, _) = tensors[codes], tensors[scale]
+        check_fp8_dtypes(codes, codes, codes_dtype, scale, scale_dtype, path=path)
+        candidates = [b for b in blocks if b is not None]
+        raise fp8_scale_mismatch(
+            codes, codes, codes_shape, scale, scale_shape, candidates, path=path
+        )
+    block = fitting[0]
     rule = f"quantization_config: {origin} {_block_text(block, codes_shape)}"
     return _fp8_group(codes, scale, block, tensors, rule, path)
 
@@ -300,7 +309,7 @@ def _inferred_fp8_block(
 ) -> tuple[int, ...]:
     """The block a scale's shape implies: one scale, one per row, DeepSeek's 128x128, or the
     grid's exact division of the codes; DeepSeek's where none fits (the check then says why)."""
-    if math.prod(scale_shape) == 1 and len(scale_shape) <= 1:
+    if math.prod(scale_shape) == 1 and len(scale_shape) <= 2:
         return ()
     matrix = (1,) * max(0, 2 - len(codes_shape)) + codes_shape
     rows, columns = matrix[-2:]

@@ -19,9 +19,11 @@ __all__ = [
     "MXFP4_BLOCK",
     "MXFP4_BYTES_PER_BLOCK",
     "check_fp8",
+    "check_fp8_dtypes",
     "check_mxfp4",
     "fp8_accepts_scale",
     "fp8_scale_grid",
+    "fp8_scale_mismatch",
     "mxfp4_logical_shape",
 ]
 
@@ -74,19 +76,16 @@ def fp8_accepts_scale(
     return per_row and scale_shape == (rows,)
 
 
-def check_fp8(
+def check_fp8_dtypes(
     group: str,
     codes: str,
     codes_dtype: str,
-    codes_shape: tuple[int, ...],
     scale: str,
     scale_dtype: str,
-    scale_shape: tuple[int, ...],
-    block: tuple[int, ...],
     *,
     path: str | None = None,
 ) -> None:
-    """Raise `QuantizedLayoutError` unless FP8 codes and their scale agree with `block`."""
+    """Raise `QuantizedLayoutError` unless FP8 codes and their scale have the scheme's dtypes."""
     if codes_dtype not in FP8_CODE_DTYPES:
         raise QuantizedLayoutError(
             f"codes are {codes_dtype}; FP8 codes are {' or '.join(sorted(FP8_CODE_DTYPES))}",
@@ -103,20 +102,62 @@ def check_fp8(
             companion=scale,
             path=path,
         )
+
+
+def _blocks_text(block: tuple[int, ...]) -> str:
+    return "one scale" if not block else f"{block[0]}x{block[1]} blocks"
+
+
+def check_fp8(
+    group: str,
+    codes: str,
+    codes_dtype: str,
+    codes_shape: tuple[int, ...],
+    scale: str,
+    scale_dtype: str,
+    scale_shape: tuple[int, ...],
+    block: tuple[int, ...],
+    *,
+    path: str | None = None,
+) -> None:
+    """Raise `QuantizedLayoutError` unless FP8 codes and their scale agree with `block`."""
+    check_fp8_dtypes(group, codes, codes_dtype, scale, scale_dtype, path=path)
     if any(size <= 0 for size in block) or len(block) not in (0, 2):
         raise QuantizedLayoutError(
             f"block {block} is not two positive sizes", group=group, codes=codes, path=path
         )
     if not fp8_accepts_scale(codes_shape, block, scale_shape):
-        blocks = "one scale" if not block else f"{block[0]}x{block[1]} blocks"
         raise QuantizedLayoutError(
             f"scale has shape {list(scale_shape)}; codes of shape {list(codes_shape)} in "
-            f"{blocks} need {list(fp8_scale_grid(codes_shape, block))}",
+            f"{_blocks_text(block)} need {list(fp8_scale_grid(codes_shape, block))}",
             group=group,
             codes=codes,
             companion=scale,
             path=path,
         )
+
+
+def fp8_scale_mismatch(
+    group: str,
+    codes: str,
+    codes_shape: tuple[int, ...],
+    scale: str,
+    scale_shape: tuple[int, ...],
+    blocks: list[tuple[int, ...]],
+    *,
+    path: str | None = None,
+) -> QuantizedLayoutError:
+    """The error for a scale that fits none of the blocks a config allows, naming each grid."""
+    needs = "; ".join(
+        f"{list(fp8_scale_grid(codes_shape, block))} in {_blocks_text(block)}" for block in blocks
+    )
+    return QuantizedLayoutError(
+        f"scale has shape {list(scale_shape)}; codes of shape {list(codes_shape)} need {needs}",
+        group=group,
+        codes=codes,
+        companion=scale,
+        path=path,
+    )
 
 
 def mxfp4_logical_shape(blocks_shape: tuple[int, ...]) -> tuple[int, ...]:
