@@ -17,6 +17,7 @@ EXTRA_OF = {
     "safetensors": "dev",
     "huggingface_hub": "dev",
     "transformers": "dev",
+    "compressed_tensors": "dev",
     "moto": "dev",
     "boto3": "dev",
     "fsspec": "remote",

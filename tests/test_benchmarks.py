@@ -163,3 +163,29 @@ def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) ->
         assert row["into"]["cpu"][0] > 0, row
         assert row["ratio"] > 0 and row["ratio_into"] > 0, row
         assert f"{row['elements']:,}" in done.stdout
+
+
+HF_SCRIPT = SCRIPT.parent / "bench_hf_dequant.py"
+
+
+def test_hf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = tmp_path / "hf.json"
+    done = subprocess.run(
+        [sys.executable, str(HF_SCRIPT), "--quick", "--repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["layout"], row["output"], row["elements"]) for row in rows] == [
+        (layout, output, size)
+        for layout in ("fp8-block", "mxfp4")
+        for output in ("f32", "bf16")
+        for size in (1 << 19, 1 << 20)
+    ]
+    for row in rows:
+        assert row["ours"]["cpu"][0] > 0 and row["reference"]["wall"][0] > 0, row
+        assert row["ratio"] > 0 and f"{row['elements']:,}" in done.stdout

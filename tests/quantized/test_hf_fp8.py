@@ -228,3 +228,20 @@ def test_a_non_positive_block_is_refused() -> None:
     codes = np.zeros((4, 4), ml_dtypes.float8_e4m3fn)
     with pytest.raises(QuantizedLayoutError, match="positive"):
         dequantize_fp8(codes, np.ones((1, 1), np.float32), (0, 4))
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_memory_is_the_output_plus_one_chunk(output: str) -> None:
+    """A 16-bit output never goes through a float32 copy of the whole tensor: 4 M elements
+    (16 MiB as float32) peak at the output plus a chunk's few MiB."""
+    import tracemalloc
+
+    codes = np.ones((1024, 4096), ml_dtypes.float8_e4m3fn)
+    scale = np.ones((8, 32), np.float32)
+    tracemalloc.start()
+    try:
+        dequantize_fp8(codes, scale, (128, 128), NUMPY_OF[output])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < codes.size * NUMPY_OF[output].itemsize + (4 << 20), peak

@@ -138,3 +138,19 @@ def test_inconsistent_parts_are_refused_naming_both(
         dequantize_group(_group(), {"e.down_blocks": blocks, "e.down_scales": scales})
     assert words in str(caught.value) and caught.value.group == "e.down"
     assert caught.value.codes == "e.down_blocks"
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_memory_is_the_output_plus_one_chunk(output: str) -> None:
+    """4 M values (16 MiB as float32) peak at the output plus a chunk's few MiB."""
+    import tracemalloc
+
+    blocks = np.full((1, 1024, 128, 16), 0x21, np.uint8)
+    scales = np.full((1, 1024, 128), 127, np.uint8)
+    tracemalloc.start()
+    try:
+        dequantize_mxfp4(blocks, scales, NUMPY_OF[output])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (1 << 22) * NUMPY_OF[output].itemsize + (4 << 20), peak
