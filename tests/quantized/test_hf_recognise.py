@@ -234,3 +234,22 @@ def test_other_layouts_add_rules_that_see_only_unclaimed_tensors() -> None:
     groups, plain = recognise(tensors, None, rules=(*RULES, nvfp4_like))
     assert [g.layout for g in groups] == ["fp8-tensor", "nvfp4"] and plain == ["b"]
     assert seen == [["n.weight_packed", "n.weight_scale", "b"]]
+
+
+def test_a_tensor_claimed_by_two_groups_is_refused() -> None:
+    """An added rule that hands a tensor to two groups is caught at the second claim, which
+    would otherwise list the tensor twice and dequantize it twice."""
+
+    def claims_w(
+        tensors: dict[str, StoredTensor], config: object, path: str | None
+    ) -> list[QuantizedGroup]:
+        group = QuantizedGroup(
+            name="w", layout="fp8-tensor", codes="w", companions={"scale": "w_scale_inv"},
+            logical_shape=(8, 8), block=(), rule="test",
+        )  # fmt: skip
+        return [group, group]
+
+    tensors = {"w": ("F8_E4M3", (8, 8)), "w_scale_inv": ("F32", ())}
+    with pytest.raises(QuantizedLayoutError, match="another group") as caught:
+        recognise(tensors, None, rules=(claims_w,))
+    assert caught.value.codes == "w"

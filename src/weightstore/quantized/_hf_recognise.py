@@ -64,15 +64,25 @@ def recognise(
     plain, in their order; `rules` default to `RULES`.
 
     Raises:
-        QuantizedLayoutError: a candidate group whose parts disagree, naming both tensors.
+        QuantizedLayoutError: a candidate group whose parts disagree, naming both tensors, or
+            one that claims a tensor another group holds.
         MetadataError: a ``quantization_config`` value that cannot be a block size.
     """
     remaining = dict(tensors)
     groups: list[QuantizedGroup] = []
     for rule in RULES if rules is None else rules:
         for group in rule(remaining, quantization_config, path):
+            taken = next((part for part in group.parts if part not in remaining), None)
+            if taken is not None:
+                raise QuantizedLayoutError(
+                    "a part already belongs to another group (or is no stored tensor)",
+                    group=group.name,
+                    codes=group.codes,
+                    companion=None if taken == group.codes else taken,
+                    path=path,
+                )
             for part in group.parts:
-                remaining.pop(part, None)
+                del remaining[part]
             groups.append(group)
     return groups, [name for name in tensors if name in remaining]
 
