@@ -10,8 +10,8 @@ resembles, so callers can catch ours or keep their old handlers::
     │   ├── MetadataError                   CBOR/JSON/pickle metadata that does not decode
     │   │   └── PickleError                 a pickle stream that breaks the pickle machine's rules
     │   ├── DescriptorError                 a tensor descriptor that lies (offsets, shape, dtype)
-    │   │   └── MissingStorageError         a tensor whose storage the file does not hold
-    │   ├── QuantizedLayoutError            a quantized group's parts that disagree (scale shape)
+    │   │   ├── MissingStorageError         a tensor whose storage the file does not hold
+    │   │   └── QuantizedLayoutError        a quantized group's parts that disagree (scale shape)
     │   ├── LimitExceeded                   a claimed size over a reader limit
     │   ├── TruncatedError (EOFError)       the file ends before what it claims
     │   ├── ArchiveError                    the zip or tar container around the data is damaged
@@ -182,12 +182,13 @@ class DescriptorError(FormatError):
     """A tensor descriptor is inconsistent: offsets, shape, dtype, duplicates or overlaps."""
 
 
-class QuantizedLayoutError(FormatError):
+class QuantizedLayoutError(DescriptorError):
     """The stored tensors of one quantized group disagree with each other or with the layout:
     scales whose shape is not the one the codes' blocks imply, a scale dtype outside the
     scheme, codes of the wrong dtype, a missing part. Raised when a group is recognised and
     again before a dequantization allocates anything, so a damaged checkpoint never loads
-    codes as weights or scales the wrong blocks.
+    codes as weights or scales the wrong blocks. A `DescriptorError`: the group's tensors
+    describe a tensor that cannot be.
 
     Attributes:
         group: the logical tensor's name (``"model.layers.0.mlp.down_proj.weight"``).

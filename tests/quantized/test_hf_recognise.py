@@ -253,3 +253,35 @@ def test_a_tensor_claimed_by_two_groups_is_refused() -> None:
     with pytest.raises(QuantizedLayoutError, match="another group") as caught:
         recognise(tensors, None, rules=(claims_w,))
     assert caught.value.codes == "w"
+
+
+def test_the_default_rules_include_nvfp4_and_int_pack() -> None:
+    """The other SafeTensors layouts run from the same table, beside FP8's name rules."""
+    tensors = {
+        "a.weight_packed": ("U8", (4, 16)), "a.weight_scale": ("F8_E4M3", (4, 2)),
+        "a.weight_global_scale": ("F32", (1,)),
+        "b.weight_packed": ("I32", (4, 4)), "b.weight_scale": ("F32", (4, 1)),
+        "b.weight_shape": ("I64", (2,)),
+        "c.weight": ("F8_E4M3", (4, 32)), "c.weight_scale": ("F32", (4, 1)),
+    }  # fmt: skip
+    groups, plain = recognise(tensors)
+    assert sorted(g.layout for g in groups) == ["fp8-channel", "int-pack", "nvfp4"] and plain == []
+
+
+def test_dequantize_group_dispatches_nvfp4() -> None:
+    import ml_dtypes
+    import numpy as np
+
+    from weightstore.quantized import dequantize_group
+
+    tensors = {
+        "a.weight_packed": ("U8", (1, 8)), "a.weight_scale": ("F8_E4M3", (1, 1)),
+        "a.weight_global_scale": ("F32", (1,)),
+    }  # fmt: skip
+    group = only(recognise(tensors)[0])
+    parts = {
+        "a.weight_packed": np.full((1, 8), 0x22, np.uint8),  # 1.0, 1.0
+        "a.weight_scale": np.ones((1, 1), ml_dtypes.float8_e4m3fn),
+        "a.weight_global_scale": np.ones((1,), np.float32),
+    }
+    assert np.array_equal(dequantize_group(group, parts), np.ones((1, 16), np.float32))

@@ -10,7 +10,11 @@ import numpy as np
 from weightstore.errors import QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_fp8 import dequantize_fp8_group
+from weightstore.quantized._hf_int import LAYOUT as INT_PACK
+from weightstore.quantized._hf_int import dequantize_int_pack
 from weightstore.quantized._hf_mxfp4 import dequantize_mxfp4_group
+from weightstore.quantized._hf_nvfp4 import LAYOUT as NVFP4
+from weightstore.quantized._hf_nvfp4 import dequantize_nvfp4
 
 __all__ = ["DEQUANTIZERS", "Dequantizer", "dequantize_group"]
 
@@ -25,6 +29,8 @@ DEQUANTIZERS: Final[Mapping[str, Dequantizer]] = {
     "fp8-channel": dequantize_fp8_group,
     "fp8-tensor": dequantize_fp8_group,
     "mxfp4": dequantize_mxfp4_group,
+    NVFP4: dequantize_nvfp4,
+    INT_PACK: dequantize_int_pack,
 }
 """Layout name -> its dequantizer; each layout module adds its own row here."""
 

@@ -27,6 +27,8 @@ from typing import Final
 
 from weightstore.errors import MetadataError, QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
+from weightstore.quantized._hf_int import rule_int_pack
+from weightstore.quantized._hf_nvfp4 import rule_nvfp4
 from weightstore.quantized._hf_shapes import (
     FP8_CODE_DTYPES,
     check_fp8,
@@ -357,5 +359,28 @@ def names_rule(
     return groups
 
 
-RULES: Final[tuple[Rule, ...]] = (fp8_config_rule, fp8_scale_rule, mxfp4_config_rule, names_rule)
-"""The rules `recognise` runs, in order; each sees only the tensors earlier ones left."""
+def nvfp4_rule(
+    tensors: Mapping[str, StoredTensor], config: Mapping[str, object] | None, path: str | None
+) -> list[QuantizedGroup]:
+    """NVFP4, compressed-tensors ``nvfp4-pack-quantized`` and ModelOpt (`_hf_nvfp4`)."""
+    return rule_nvfp4(tensors, config)
+
+
+def int_pack_rule(
+    tensors: Mapping[str, StoredTensor], config: Mapping[str, object] | None, path: str | None
+) -> list[QuantizedGroup]:
+    """compressed-tensors ``pack-quantized`` int codes (`_hf_int`)."""
+    return rule_int_pack(tensors, config)
+
+
+RULES: Final[tuple[Rule, ...]] = (
+    fp8_config_rule,
+    fp8_scale_rule,
+    mxfp4_config_rule,
+    nvfp4_rule,
+    int_pack_rule,
+    names_rule,
+)
+"""The rules `recognise` runs, in order; each sees only the tensors earlier ones left. The
+config rules come first; the name rules of the F8 and MXFP4 layouts last, as they match
+whatever pairs the others left (NVFP4 and int codes are U8 and I32, never F8)."""
