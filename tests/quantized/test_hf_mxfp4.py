@@ -1,11 +1,10 @@
 """MXFP4 dequantization agrees bit for bit with transformers' ``convert_moe_packed_tensors``:
-on blocks compressed-tensors' MX quantizer produced, on
-every (byte, scale byte) pair, in every output dtype, across chunk edges; bad parts are refused
-naming both tensors.
+on blocks compressed-tensors' MX quantizer produced, on every (byte, scale byte) pair, in
+every output dtype, across chunk edges; bad parts are refused naming both tensors.
 
-torch 2.13's ``QuantizedHuggingFaceStorageReader`` is no oracle here: loading a gpt-oss-shaped
-``[2, 3, 4, 16]`` pair through ``dcp.load`` filled only the first values of each row as
-transformers computes them and left the rest unlike either reference."""
+torch 2.13's ``QuantizedHuggingFaceStorageReader`` is no oracle here: ``dcp.load`` of a
+``[2, 3, 4, 16]`` pair into ``[2, 3, 128]`` requests lengths ``(2, 3, 4)``, the stored
+shape's leading dims, and so writes only the first 4 values of each row."""
 
 from __future__ import annotations
 
