@@ -285,3 +285,39 @@ def test_dequantize_group_dispatches_nvfp4() -> None:
         "a.weight_global_scale": np.ones((1,), np.float32),
     }
     assert np.array_equal(dequantize_group(group, parts), np.ones((1, 16), np.float32))
+
+
+def test_a_safetensors_file_read_by_weightstore_end_to_end(tmp_path: Any) -> None:
+    """A DeepSeek-style and a gpt-oss-style pair written by safetensors, recognised from
+    weightstore's reader header and dequantized from its arrays, equal transformers' values."""
+    import numpy as np
+
+    from tests.quantized._hf_oracles import as_numpy, deepseek_quantize, torch
+    from weightstore.quantized import dequantize_group
+    from weightstore.safetensors import SafetensorsReader
+
+    safetensors_torch = need("safetensors.torch")
+    finegrained = need("transformers.integrations.finegrained_fp8")
+    mxfp4 = need("transformers.integrations.mxfp4")
+    generator = torch.Generator().manual_seed(9)
+    codes, scale = deepseek_quantize(torch.randn(200, 300, generator=generator))
+    blocks = torch.randint(0, 256, (2, 8, 3, 16), dtype=torch.uint8, generator=generator)
+    scales = torch.randint(110, 140, (2, 8, 3), dtype=torch.uint8, generator=generator)
+    path = tmp_path / "model.safetensors"
+    safetensors_torch.save_file(
+        {"l.weight": codes, "l.weight_scale_inv": scale, "e.up_blocks": blocks,
+         "e.up_scales": scales, "norm.weight": torch.ones(300)},
+        str(path),
+    )  # fmt: skip
+    with SafetensorsReader.from_file(str(path)) as reader:
+        header = {name: (dtype.name, shape) for name, dtype, shape, _ in reader.tensor_infos()}
+        groups, plain = recognise(header)
+        values = {
+            group.name: dequantize_group(group, {p: reader.get(p) for p in group.parts})
+            for group in groups
+        }
+    assert plain == ["norm.weight"]
+    expected = finegrained._dequantize_fp8_weight(codes, scale, [128, 128], torch.float32)
+    assert np.array_equal(values["l.weight"], as_numpy(expected))
+    moe = mxfp4.convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).transpose(1, 2)
+    assert np.array_equal(values["e.up"], as_numpy(moe))
