@@ -94,6 +94,8 @@ def scale_as_f32(scale: np.ndarray[Any, Any]) -> Floats:
 
 
 def dtype_name(array: np.ndarray[Any, Any]) -> str:
+    """The weightstore name of an array's dtype (``"F8_E4M3"``), for messages; NumPy's own
+    spelling where the table has no row."""
     try:
         return from_numpy(array.dtype).name
     except DTypeError:
