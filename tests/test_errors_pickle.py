@@ -51,6 +51,7 @@ EXAMPLES: list[errors.WeightstoreError] = [
     errors.MissingStorageError("3", path="m.pt", tensor="w"),
     errors.ArchiveError("bad entry", entry="data/0", path="m.pt"),
     errors.UnsupportedObjectError("torch._utils._rebuild_qtensor", "quantized", path="q.pt"),
+    errors.QuantizedTensorError("per_channel_affine", "qint8", path="q.pt", tensor="w"),
     errors.KeyNotFoundError("model", ["state_dict", "epoch"], path="ckpt.pt"),
     errors.RemoteReadError("s3://b/m.safetensors", 8, 64, "connection reset"),
     errors.CredentialsMissingError("s3://b/m.safetensors", "Unable to locate credentials"),

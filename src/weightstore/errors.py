@@ -21,6 +21,7 @@ resembles, so callers can catch ours or keep their old handlers::
     │   ├── NotWeightsError                 bytes that are no weights at all (an HTML page, ...)
     │   │   └── LfsPointerError             a git-lfs pointer where the file should be
     │   ├── UnsupportedObjectError          an object (quantized tensor, ...) we cannot represent
+    │   │   └── QuantizedTensorError        a torch quantized tensor asked for as plain values
     │   └── CodeObjectError                 a pickle naming globals that torch.load would run
     ├── DTypeError (TypeError)              a dtype a format or an array type cannot hold
     ├── TensorNotFoundError (KeyError)      a name that is not in the file
@@ -91,6 +92,7 @@ __all__ = [
     "PickleError",
     "QuantizeError",
     "QuantizedLayoutError",
+    "QuantizedTensorError",
     "RemapCollisionError",
     "RemoteReadError",
     "SaveFailedError",
@@ -704,6 +706,35 @@ class UnsupportedObjectError(UnsupportedFormatError):
             path=path,
             tensor=tensor,
         )
+
+
+class QuantizedTensorError(UnsupportedObjectError):
+    """A torch quantized tensor (``torch.quantize_per_tensor``, ``torch.ao`` weights) asked for
+    as a plain array: its stored values are integer codes, which are no weights until
+    dequantized, so `get` refuses rather than hand codes out as values. The PyTorch reader's
+    ``quantized_codes``, ``quantized_info`` and ``get_dequantized`` read it.
+
+    Attributes:
+        scheme: torch's qscheme name, ``"per_tensor_affine"``, ``"per_channel_affine"`` or
+            ``"per_channel_affine_float_qparams"``.
+        torch_dtype: ``"qint8"``, ``"quint8"`` or ``"qint32"``.
+    """
+
+    def __init__(
+        self, scheme: str, torch_dtype: str, *, path: str | None = None, tensor: str | None = None
+    ) -> None:
+        self.scheme = scheme
+        self.torch_dtype = torch_dtype
+        self.global_name = "torch._utils._rebuild_qtensor"
+        what = (
+            f"not a quantized tensor but a {torch_dtype} one; get(name) reads it"
+            if scheme == "none"
+            else f"a quantized {torch_dtype} tensor ({scheme}, built by {self.global_name}) "
+            "holds integer codes, not values: "
+            "get_dequantized(name) gives its values as torch's dequantize() does, "
+            "quantized_codes(name) its codes, quantized_info(name) its scales and zero points"
+        )
+        UnsupportedFormatError.__init__(self, what, path=path, tensor=tensor)
 
 
 class CodeObjectError(UnsupportedFormatError):

@@ -268,7 +268,6 @@ def test_a_meta_tensor_has_shape_but_no_values() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "_rebuild_qtensor",
         "_rebuild_sparse_tensor",
         "_rebuild_nested_tensor",
         "_rebuild_wrapper_subclass",
@@ -278,6 +277,12 @@ def test_unrepresentable_rebuilds_are_deferred_errors(name: str) -> None:
     got = rebuild(name, op_int(1))
     assert isinstance(got, UnreadableTensor)
     assert got.global_name == f"torch._utils.{name}"
+
+
+def test_a_quantized_rebuild_checks_its_arguments_as_the_others_do() -> None:
+    """Quantized tensors are read now (`test_qtensors.py`); a malformed call is a PickleError."""
+    with pytest.raises(PickleError, match="_rebuild_qtensor takes 7 arguments"):
+        rebuild("_rebuild_qtensor", op_int(1))
 
 
 @pytest.mark.parametrize(

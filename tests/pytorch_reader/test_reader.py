@@ -238,6 +238,7 @@ def test_inspect_lists_unreadable_tensors_apart(tmp_path: Path, capsys: Any) -> 
     document = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in document["tensors"]] == ["ok"]
     assert "_rebuild_qtensor" in document["others"]["q"]
+    assert "quantized qint8 tensor (per_tensor_affine" in document["others"]["q"]
 
 
 def test_inspect_reports_a_missing_top_level_key(tmp_path: Path, capsys: Any) -> None:

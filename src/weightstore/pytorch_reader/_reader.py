@@ -15,8 +15,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import RecordMeta, ValueRecord
-from weightstore.errors import CodeObjectError, KeyNotFoundError, TensorNotFoundError
+from weightstore.errors import (
+    CodeObjectError,
+    DTypeError,
+    KeyNotFoundError,
+    QuantizedTensorError,
+    TensorNotFoundError,
+)
 from weightstore.io._source import ReadMode
 from weightstore.pytorch_reader._archive import open_archive
 from weightstore.pytorch_reader._layout import (
@@ -35,11 +42,15 @@ from weightstore.pytorch_reader._layout import (
 )
 from weightstore.pytorch_reader._loaded import Layout
 from weightstore.pytorch_reader._policy import Scan, scan_globals
+from weightstore.pytorch_reader._qtensor import QuantizedInfo, QuantizedTensor, dequantize
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 
 if TYPE_CHECKING:
     import numpy as np
+    from numpy.typing import DTypeLike
+else:
+    np = import_on_first_use("numpy", globals(), "np")  # listing a checkpoint needs no NumPy
 
 __all__ = ["PytorchMetadata", "PytorchReader"]
 
@@ -255,21 +266,85 @@ class PytorchReader:
         Raises:
             TensorNotFoundError: no tensor has that name.
             DTypeError, UnsupportedObjectError: a tensor NumPy cannot hold (complex32,
-                quantized, sparse, ...).
+                sparse, ...); `QuantizedTensorError` (an `UnsupportedObjectError`) for a
+                torch quantized tensor, naming its scheme: `get_dequantized` reads it.
             MissingStorageError, DescriptorError: its storage is missing or too small.
         """
         tensor = self._checked.get(name)
         if tensor is not None:
             return tensor
-        leaf = self._names().get(name)
-        if leaf is None:
-            raise TensorNotFoundError(name, path=self.path, known=len(self._names()))
+        leaf = self._leaf(name)
         if isinstance(leaf, UnreadableTensor):
             raise leaf.error(self.path, name)
         tensor = leaf.with_name(name)  # so that its errors name it
         tensor.validate()
         self._checked[name] = tensor
         return tensor
+
+    # -- quantized tensors ------------------------------------------------------------------
+
+    def is_quantized(self, name: str) -> bool:
+        """Whether tensor `name` is a torch quantized tensor (which `get` refuses)."""
+        return isinstance(self._leaf(name), QuantizedTensor)
+
+    def quantized_info(self, name: str) -> QuantizedInfo:
+        """The scheme, logical shape and checked parameters of quantized tensor `name`
+        (``scale``/``zero_point``, or ``scales``/``zero_points``/``axis``).
+
+        Raises:
+            TensorNotFoundError: no tensor has that name.
+            QuantizedTensorError: the tensor is not quantized (its `scheme` is ``"none"``).
+            DescriptorError, DTypeError: parameters or storage torch would refuse or could
+                not dequantize with (a non-finite scale, a zero point outside the codes'
+                range, an axis out of range, scales of the wrong length, a float storage).
+        """
+        return self._quantized(name).info(self.path, name)
+
+    def quantized_codes(self, name: str) -> np.ndarray[Any, Any]:
+        """The integer codes of quantized tensor `name` (int8 for qint8, uint8 for quint8,
+        int32 for qint32) in its logical shape, strides honoured: ``int_repr()``.
+
+        Raises:
+            The errors of `quantized_info`, and those of `LazyTensor.to_numpy`.
+        """
+        return self._quantized(name).codes_array(self.path, name)
+
+    def get_dequantized(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray[Any, Any]:
+        """The values of quantized tensor `name`, ``(codes - zero_point) * scale``, computed
+        as torch's CPU ``.dequantize()`` computes them (float32, bit for bit), then cast to
+        `dtype` when given (float16, bfloat16, float64).
+
+        Raises:
+            DTypeError: `dtype` is not a floating type.
+            The errors of `quantized_codes`.
+        """
+        target = np.dtype(np.float32 if dtype is None else dtype)
+        if target.kind != "f" and target.name != "bfloat16":
+            raise DTypeError(
+                f"a quantized tensor dequantizes to a floating dtype, not {target}",
+                path=self.path,
+                tensor=name,
+            )
+        quantized = self._quantized(name)
+        info = quantized.info(self.path, name)
+        return dequantize(info, quantized.codes_array(self.path, name), target)
+
+    def _quantized(self, name: str) -> QuantizedTensor:
+        """Tensor `name` as a quantized tensor; `QuantizedTensorError` when it is another
+        kind (its scheme ``"none"``), `TensorNotFoundError` when there is none."""
+        leaf = self._leaf(name)
+        if isinstance(leaf, QuantizedTensor):
+            return leaf
+        if isinstance(leaf, UnreadableTensor):
+            raise leaf.error(self.path, name)
+        torch_dtype = leaf.torch_dtype
+        raise QuantizedTensorError("none", torch_dtype, path=self.path, tensor=name)
+
+    def _leaf(self, name: str) -> Leaf:
+        leaf = self._names().get(name)
+        if leaf is None:
+            raise TensorNotFoundError(name, path=self.path, known=len(self._names()))
+        return leaf
 
     def release(self, name: str) -> None:
         """Done with tensor `name` for now: its storage's mapped pages leave this process's

@@ -6,7 +6,8 @@ persistent id the file's layout resolves (`storage_from_pid`). The stand-ins her
 arguments, check their types, and record them; nothing is read until `LazyTensor.to_numpy`.
 
 The ``TABLE`` at the bottom maps each function's name to its stand-in; `_globals` merges it into
-the table of every known global. Rebuilds whose result has no NumPy form (quantized, sparse,
+the table of every known global. Quantized tensors are recorded as `QuantizedTensor`s (codes and
+parameters, see `_qtensor`). Rebuilds whose result has no NumPy form (sparse,
 nested tensors, storage-less wrapper subclasses) build an `UnreadableTensor`, so the file still
 opens and the error comes, naming the tensor, only when that tensor is asked for.
 """
@@ -34,6 +35,7 @@ from weightstore.pytorch_reader._objects import (
     shown_int,
     take,
 )
+from weightstore.pytorch_reader._qtensor import QuantizedTensor, code_dtype, rebuild_qtensor
 from weightstore.pytorch_reader._tensors import (
     LazyTensor,
     StorageRef,
@@ -183,6 +185,22 @@ def _rebuild_tensor_v3(context: Context, args: tuple[object, ...]) -> object:
     return _tensor(context, "_rebuild_tensor_v3", args, dtype.name, metadata)
 
 
+def _rebuild_qtensor(context: Context, args: tuple[object, ...]) -> object:
+    """``_rebuild_qtensor(storage, offset, size, stride, quantizer_params, requires_grad,
+    hooks)``: the codes as a plain view of the storage, and the parameters, recorded
+    (`weightstore.pytorch_reader._qtensor` checks them when the tensor is asked for)."""
+    args = take(args, "_rebuild_qtensor", 7)
+    storage = _storage_arg(context, args[0], "_rebuild_qtensor")
+    stored = storage.storage_class.torch_dtype
+    plain = code_dtype(stored)
+    if plain is None:  # a float storage, say: refused by name when touched
+        return QuantizedTensor(torch_dtype=stored or storage.storage_class.name)
+    codes = _tensor(context, "_rebuild_qtensor", args[:4], plain)
+    if not isinstance(codes, LazyTensor):
+        return codes
+    return rebuild_qtensor(args[4], codes.replace(requires_grad=args[5] is True))
+
+
 def _dtype_arg(value: object, name: str) -> TorchDType:
     if not isinstance(value, TorchDType):
         raise Malformed(f"{name} expects a torch dtype, not {type(value).__name__}")
@@ -318,6 +336,7 @@ TABLE: Final[dict[tuple[str, str], StandInFn]] = {
     (_UTILS, "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     (_UTILS, "_rebuild_parameter"): _rebuild_parameter,
     (_UTILS, "_rebuild_parameter_with_state"): _rebuild_parameter_with_state,
+    (_UTILS, "_rebuild_qtensor"): _rebuild_qtensor,
     (_UTILS, "_rebuild_device_tensor_from_numpy"): _rebuild_device_tensor_from_numpy,
     (_UTILS, "_rebuild_xla_tensor"): _rebuild_device_tensor_from_numpy,  # its old name
     (_UTILS, "_rebuild_device_tensor_from_cpu_tensor"): _rebuild_device_tensor_from_cpu_tensor,
@@ -327,7 +346,6 @@ TABLE: Final[dict[tuple[str, str], StandInFn]] = {
     ("torch", "device"): _device,
     ("torch", "Size"): _size,
     **{(_UTILS, name): _unreadable(f"{_UTILS}.{name}", reason) for name, reason in (
-        ("_rebuild_qtensor", "a quantized tensor"),
         ("_rebuild_sparse_tensor", "a sparse tensor"),
         ("_rebuild_sparse_csr_tensor", "a sparse CSR tensor"),
         ("_rebuild_nested_tensor", "a nested tensor"),
