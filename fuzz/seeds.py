@@ -139,6 +139,22 @@ def _tar(storage: np.ndarray[Any, Any]) -> bytes:
         path.unlink(missing_ok=True)
 
 
+def _quantized(torch: Any) -> dict[str, Any]:
+    """One quantized tensor of each scheme torch saves, a strided one among them."""
+    import warnings
+
+    values = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    scales = torch.tensor([0.5, 0.25, 2.0], dtype=torch.float64)
+    with warnings.catch_warnings():  # torch deprecates its qint dtypes
+        warnings.simplefilter("ignore")
+        return {
+            "per_tensor": torch.quantize_per_tensor(values, 0.5, 1, torch.qint8).t(),
+            "per_channel": torch.quantize_per_channel(
+                values, scales, torch.tensor([0, 1, 2]), 1, torch.quint8
+            ),
+        }
+
+
 def _pytorch_seeds() -> dict[str, bytes]:
     import torch
     from torch import nn
@@ -160,6 +176,7 @@ def _pytorch_seeds() -> dict[str, bytes]:
         "legacy": _torch_bytes(linear.state_dict(), _use_new_zipfile_serialization=False),
         "tar": _tar(np.arange(6, dtype="<f4")),
         "pickle": pickle.dumps({"plain": [1, 2.5, "x", None, (True,)]}, protocol=2),
+        "quantized": _torch_bytes(_quantized(torch)),
     }
     seeds["torchscript"] = _torchscript(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
     state = seeds["state_dict"]

@@ -31,7 +31,7 @@ import pytest
 from fuzz import index_mutators, index_targets, mutators, targets
 from fuzz.run import CORPUS, CRASHERS, PARSERS, REPLAY_CPU_S, replay
 from weightstore import formats, open_reader
-from weightstore.errors import DTypeError
+from weightstore.errors import DTypeError, QuantizedTensorError
 
 MUTATORS = {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}
 
@@ -113,8 +113,13 @@ def test_seeds_are_valid_files_of_their_format(parser: str) -> None:
 
 def _read(reader: Any, name: str) -> None:
     """`get`; for a quantized GGUF tensor in a big-endian file, the refusal it is documented
-    to give and the raw blocks; for a burnpack QFloat tensor, its dequantized values."""
-    if getattr(reader.descriptor(name), "quant_scheme", None) is not None:
+    to give and the raw blocks; for a burnpack QFloat tensor, its dequantized values; for a
+    torch quantized tensor, its refusal and its values."""
+    if getattr(reader, "is_quantized", None) and reader.is_quantized(name):  # torch's qtensors
+        with pytest.raises(QuantizedTensorError):
+            reader.get(name)
+        reader.get_dequantized(name)
+    elif getattr(reader.descriptor(name), "quant_scheme", None) is not None:
         assert np.isfinite(reader.get_dequantized(name)).all()
     elif not getattr(reader.descriptor(name), "quantized", False):
         reader.get(name)
@@ -124,6 +129,14 @@ def _read(reader: Any, name: str) -> None:
         reader.get_raw(name)
     else:
         reader.get(name)
+
+
+def test_pytorch_seeds_hold_quantized_tensors_of_both_schemes() -> None:
+    from weightstore.pytorch_reader import PytorchReader
+
+    with PytorchReader(CORPUS / "pytorch" / "seed-quantized") as reader:
+        schemes = {reader.quantized_info(name).scheme for name in reader.names()}
+    assert schemes == {"per_tensor_affine", "per_channel_affine"}
 
 
 def test_gguf_seeds_hold_every_kind_of_value_and_tensor() -> None:
