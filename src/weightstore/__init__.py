@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import PathIsDirectoryError as PathIsDirectoryError
     from weightstore.errors import PickleError as PickleError
     from weightstore.errors import QuantizedLayoutError as QuantizedLayoutError
+    from weightstore.errors import QuantizedTensorError as QuantizedTensorError
     from weightstore.errors import QuantizeError as QuantizeError
     from weightstore.errors import RemapCollisionError as RemapCollisionError
     from weightstore.errors import RemoteReadError as RemoteReadError
@@ -128,7 +129,8 @@ _EXPORTS: dict[str, str] = {
             "MissingStorageError", "ModuleTypeNeededError", "NotAFileError",
             "NotWeightsError",
             "PathIsDirectoryError",
-            "PickleError", "QuantizeError", "QuantizedLayoutError", "RemapCollisionError",
+            "PickleError", "QuantizeError", "QuantizedLayoutError", "QuantizedTensorError",
+            "RemapCollisionError",
             "RemoteReadError", "SaveFailedError", "SetError", "SetMismatchError", "SetWarning",
             "SliceError", "SnapshotLoadError", "SplitPartMissingError", "TensorNotFoundError",
             "TruncatedError",

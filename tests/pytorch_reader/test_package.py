@@ -29,6 +29,8 @@ PUBLIC = [
     "Opcode",
     "PytorchMetadata",
     "PytorchReader",
+    "QuantizedInfo",
+    "QuantizedTensor",
     "TensorSlice",
     "TorchDType",
     "TorchDevice",

@@ -91,11 +91,21 @@ def test_per_tensor_affine_matches_torch_bit_for_bit(tmp_path: Path, qdtype: str
 
 
 def test_qint32_codes_past_float32_precision_dequantize_like_torch(tmp_path: Path) -> None:
+    """torch subtracts the zero point in int32 (wrapping), then converts: not float - float."""
     codes = torch.tensor([2**31 - 1, -(2**31), 2**24 + 1, -(2**24) - 3, 16777217, 5])
-    tensor = torch._make_per_tensor_quantized_tensor(codes.int(), 0.37, 1000)
-    path = save({"big": tensor}, tmp_path / "q.pt")
-    with PytorchReader(path) as reader:
-        assert_like_torch(reader, "big", tensor)
+    tensors = {
+        "big": torch._make_per_tensor_quantized_tensor(codes.int(), 0.37, 1000),
+        "scalar": torch._make_per_tensor_quantized_tensor(codes[1:2].int().reshape(()), 0.5, 9),
+        "channel": torch._make_per_channel_quantized_tensor(
+            codes.int().reshape(2, 3), torch.tensor([0.3, 7.1], dtype=torch.float64),
+            torch.tensor([1000, -(2**31)]), 0,
+        ),
+    }  # fmt: skip
+    path = save(tensors, tmp_path / "q.pt")
+    with PytorchReader(path) as reader, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning from the wrap
+        for name, tensor in tensors.items():
+            assert_like_torch(reader, name, tensor)
 
 
 @pytest.mark.parametrize("qdtype", QDTYPES)

@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
     from weightstore.pytorch_reader._opcodes import OPCODES as OPCODES
     from weightstore.pytorch_reader._opcodes import Opcode as Opcode
     from weightstore.pytorch_reader._opcodes import iter_ops as iter_ops
+    from weightstore.pytorch_reader._qtensor import QuantizedInfo as QuantizedInfo
+    from weightstore.pytorch_reader._qtensor import QuantizedTensor as QuantizedTensor
     from weightstore.pytorch_reader._reader import PytorchMetadata as PytorchMetadata
     from weightstore.pytorch_reader._reader import PytorchReader as PytorchReader
     from weightstore.pytorch_reader._tensors import LazyTensor as LazyTensor
@@ -78,6 +80,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         **dict.fromkeys(("OPCODES", "Opcode", "iter_ops"), "weightstore.pytorch_reader._opcodes"),
         **dict.fromkeys(("PytorchMetadata", "PytorchReader"), "weightstore.pytorch_reader._reader"),
+        **dict.fromkeys(
+            ("QuantizedInfo", "QuantizedTensor"), "weightstore.pytorch_reader._qtensor"
+        ),
         **dict.fromkeys(
             ("LazyTensor", "TensorSlice", "UnreadableTensor"),
             "weightstore.pytorch_reader._tensors",

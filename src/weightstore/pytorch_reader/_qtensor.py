@@ -215,8 +215,8 @@ def dequantize(
     if info.scheme == "per_tensor_affine":
         assert info.scale is not None and info.zero_point is not None
         # In int32, wrapping as torch's kernel wraps (a qint32 code minus its zero point).
-        shifted: np.ndarray[Any, Any] = codes.astype(np.int32) - np.int32(info.zero_point)
-        values: np.ndarray[Any, Any] = shifted.astype(np.float32)
+        shifted = np.subtract(codes, np.int32(info.zero_point), dtype=np.int32)
+        values: np.ndarray[Any, Any] = np.asarray(shifted, dtype=np.float32)
         values *= np.float32(info.scale)
     else:
         assert info.scales is not None and info.zero_points is not None and info.axis is not None
