@@ -163,6 +163,24 @@ def test_strided_and_offset_codes_are_read_as_torch_views_them(tmp_path: Path) -
             assert_like_torch(reader, name, tensor)
 
 
+def test_legacy_files_hold_quantized_tensors_too(tmp_path: Path) -> None:
+    tensors = {
+        "per_tensor": torch.quantize_per_tensor(torch.randn(4, 5), 0.1, 3, torch.qint32).t(),
+        "per_channel": torch.quantize_per_channel(
+            torch.randn(4, 5), torch.rand(5, dtype=torch.float64) + 0.1,
+            torch.arange(5), 1, torch.quint8,
+        ),
+    }  # fmt: skip
+    path = tmp_path / "legacy.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(tensors, path, _use_new_zipfile_serialization=False)
+    with PytorchReader(path) as reader:
+        assert reader.metadata().format == "legacy"
+        for name, tensor in tensors.items():
+            assert_like_torch(reader, name, tensor)
+
+
 def test_ao_quantized_linear_state_dict(tmp_path: Path) -> None:
     linear = torch.ao.nn.quantized.Linear(4, 3)
     weight = torch.quantize_per_channel(
@@ -349,7 +367,7 @@ def test_non_finite_per_channel_scale_is_refused(tmp_path: Path) -> None:
     params, extra = per_channel(2, 0)
     extra["1"] = np.array([0.5, np.inf]).tobytes()
     path = qtensor_file(tmp_path / "bad.pt", params, extra=extra)
-    with PytorchReader(path) as reader, pytest.raises(DescriptorError, match="non-finite"):
+    with PytorchReader(path) as reader, pytest.raises(DescriptorError, match="scale 1 is inf"):
         reader.quantized_info("w")
 
 
@@ -371,3 +389,17 @@ def test_codes_past_their_storage_are_refused(tmp_path: Path) -> None:
     ):
         reader.quantized_codes("w")
     assert caught.value.tensor == "w"
+
+
+def test_per_channel_params_as_lists_read_as_old_torch_wrote_them(tmp_path: Path) -> None:
+    scheme = op_global("torch", "per_channel_affine")
+    params = op_tuple(
+        scheme, op_list(op_float(0.5), op_float(2.0)), op_list(op_int(1), op_int(0)), op_int(0)
+    )
+    path = qtensor_file(tmp_path / "lists.pt", params)
+    short = op_tuple(scheme, op_list(op_float(0.5)), op_list(op_int(1)), op_int(0))
+    other = qtensor_file(tmp_path / "short.pt", short)
+    with PytorchReader(path) as reader:
+        assert reader.get_dequantized("w").tolist() == [[-0.5, 0.0, 0.5], [6.0, 8.0, 10.0]]
+    with PytorchReader(other) as reader, pytest.raises(DescriptorError, match="hold 1 values"):
+        reader.quantized_info("w")

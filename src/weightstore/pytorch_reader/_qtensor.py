@@ -175,9 +175,13 @@ class QuantizedTensor(UnreadableTensor):
             scales = scales.astype(np.float32)
             zero_points = zero_points.astype(np.float32)
             bad = ~np.isfinite(zero_points)
-        if not np.isfinite(scales).all():
+        infinite = np.flatnonzero(~np.isfinite(scales))
+        if infinite.size:
+            index = int(infinite[0])
             raise DescriptorError(
-                f"per-channel scales hold a non-finite value: {scales!r}"[:300], **where
+                f"per-channel scale {index:,} is {scales[index].item()!r}, not a finite "
+                f"{scales.dtype}",
+                **where,
             )
         if bad.any():
             found = zero_points[bad][0].item()
@@ -189,9 +193,13 @@ class QuantizedTensor(UnreadableTensor):
             )
         return QuantizedInfo(*common, scales=scales, zero_points=zero_points, axis=axis)
 
-    def codes_array(self, path: str | None, tensor: str | None) -> np.ndarray[Any, Any]:
-        """The codes as an int8/uint8/int32 array of the logical shape (strides honoured)."""
-        self.info(path, tensor)
+    def codes_array(
+        self, path: str | None, tensor: str | None, info: QuantizedInfo | None = None
+    ) -> np.ndarray[Any, Any]:
+        """The codes as an int8/uint8/int32 array of the logical shape (strides honoured),
+        after the checks of `info` (skipped when its result is given)."""
+        if info is None:
+            self.info(path, tensor)
         assert self.codes is not None  # info refuses a call without codes
         return self.codes.replace(name=tensor, path=path).to_numpy()
 

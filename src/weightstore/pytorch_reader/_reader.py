@@ -327,7 +327,7 @@ class PytorchReader:
             )
         quantized = self._quantized(name)
         info = quantized.info(self.path, name)
-        return dequantize(info, quantized.codes_array(self.path, name), target)
+        return dequantize(info, quantized.codes_array(self.path, name, info), target)
 
     def _quantized(self, name: str) -> QuantizedTensor:
         """Tensor `name` as a quantized tensor; `QuantizedTensorError` when it is another
