@@ -230,12 +230,15 @@ def test_get_dequantized_casts_from_torchs_float32(tmp_path: Path) -> None:
     tensor = torch.quantize_per_tensor(torch.randn(50), 0.013, 2, torch.qint8)
     path = save({"q": tensor}, tmp_path / "q.pt")
     with PytorchReader(path) as reader:
-        half = reader.get_dequantized("q", np.float16)
+        half = reader.get_dequantized("q", "F16")
         assert half.dtype == np.float16
         np.testing.assert_array_equal(half, tensor.dequantize().numpy().astype(np.float16))
         with pytest.raises(DTypeError) as caught:
-            reader.get_dequantized("q", np.int32)
+            reader.get_dequantized("q", "I32")
         assert caught.value.tensor == "q"
+        with pytest.raises(DTypeError) as unknown:
+            reader.get_dequantized("q", "float32")  # weightstore names, as burnpack's method
+        assert (unknown.value.path, unknown.value.tensor) == (str(path), "q")
 
 
 def test_reading_quantized_tensors_never_imports_torch(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from weightstore.base._gc import collector_paused
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import RecordMeta, ValueRecord
+from weightstore.dtypes import DType, from_name
 from weightstore.errors import (
     CodeObjectError,
     DTypeError,
@@ -48,7 +49,6 @@ from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, ten
 
 if TYPE_CHECKING:
     import numpy as np
-    from numpy.typing import DTypeLike
 else:
     np = import_on_first_use("numpy", globals(), "np")  # listing a checkpoint needs no NumPy
 
@@ -309,25 +309,29 @@ class PytorchReader:
         """
         return self._quantized(name).codes_array(self.path, name)
 
-    def get_dequantized(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray[Any, Any]:
+    def get_dequantized(self, name: str, dtype: DType | str = "F32") -> np.ndarray[Any, Any]:
         """The values of quantized tensor `name`, ``(codes - zero_point) * scale``, computed
-        as torch's CPU ``.dequantize()`` computes them (float32, bit for bit), then cast to
-        `dtype` when given (float16, bfloat16, float64).
+        as torch's CPU ``.dequantize()`` computes them (float32, bit for bit), in its logical
+        shape; ``F16``, ``BF16`` or ``F64`` are cast from that float32 result.
 
         Raises:
-            DTypeError: `dtype` is not a floating type.
+            DTypeError: `dtype` is not F32, F16, BF16 or F64.
             The errors of `quantized_codes`.
         """
-        target = np.dtype(np.float32 if dtype is None else dtype)
-        if target.kind != "f" and target.name != "bfloat16":
+        try:
+            output = from_name(dtype) if isinstance(dtype, str) else dtype
+        except DTypeError as err:
+            raise DTypeError(err.detail, path=self.path, tensor=name) from None
+        if output.name not in ("F32", "F16", "BF16", "F64") or output.numpy is None:
             raise DTypeError(
-                f"a quantized tensor dequantizes to a floating dtype, not {target}",
+                f"a quantized tensor dequantizes to F32, F16, BF16 or F64, not {output.name}",
                 path=self.path,
                 tensor=name,
             )
         quantized = self._quantized(name)
         info = quantized.info(self.path, name)
-        return dequantize(info, quantized.codes_array(self.path, name, info), target)
+        codes = quantized.codes_array(self.path, name, info)
+        return dequantize(info, codes, output.numpy)
 
     def _quantized(self, name: str) -> QuantizedTensor:
         """Tensor `name` as a quantized tensor; `QuantizedTensorError` when it is another
