@@ -211,7 +211,7 @@ def _with_blocks(reader: Any, snapshot: TensorSnapshot, encoding: str | None) ->
     stored = StoredBlocks(
         encoding,
         functools.partial(reader.get_raw, name),
-        lambda dtype: reader.get(name, dtype),
+        functools.partial(reader.get, name),  # get(name, dtype): decoded to that dtype
         snapshot.load,
     )
     return snapshot.replace(stored=stored)

@@ -15,7 +15,6 @@ hands them out.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -372,17 +371,12 @@ def _expanded(key: Any, shape: tuple[int, ...], path: str | None, name: str) -> 
     return (*parts, *(slice(None),) * (ndim - len(parts)))
 
 
-@functools.cache
-def _plain_dtype(name: str) -> DType:
-    return from_name(name)
-
-
 def _dtype(dtype: DType | str) -> DType:
     return from_name(dtype) if isinstance(dtype, str) else dtype
 
 
 def _describe(info: RawInfo, path: str | None) -> GgufTensorInfo:
-    dtype = _plain_dtype(info.ggml.plain or "F32")
+    dtype = from_name(info.ggml.plain or "F32")
     shape = tuple(reversed(info.dims))
     validate_shape(shape, dtype, path, info.name)
     return GgufTensorInfo(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.container._writer import ContainerWriter
-from weightstore.entry import TensorEntry
+from weightstore.entry import TensorEntry, as_byte_view
 from weightstore.errors import DTypeError, EntryError, InvalidOptionError
 from weightstore.gguf._layout import (
     ALIGNMENT_KEY,
@@ -289,8 +289,6 @@ def _quantized_bytes(ggml: GgmlType, elements: int, row: int, name: str) -> int:
 
 def _checked(read: Callable[[], Any], nbytes: int, name: str) -> Callable[[], memoryview]:
     def produce() -> memoryview:
-        from weightstore.entry import as_byte_view
-
         view = as_byte_view(read())
         if view.nbytes != nbytes:
             raise EntryError(f"blocks are {view.nbytes:,} bytes, expected {nbytes:,}", tensor=name)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from weightstore.bridge import bridge_for, source_for
 from weightstore.bridge._model import ReachingBridge
 from weightstore.dtypes import DType, can_cast_exactly
-from weightstore.errors import RemapCollisionError, SnapshotLoadError
+from weightstore.errors import RemapCollisionError
 from weightstore.report import ApplyError, ApplyResult
 from weightstore.snapshot import StoredBlocks, TensorSnapshot, stored_blocks
 from weightstore.transfer._plan import (
@@ -415,14 +415,8 @@ def _prepare(
 def _decoded_as(
     snapshot: TensorSnapshot, stored: StoredBlocks, dtype: DType
 ) -> np.ndarray[Any, Any]:
-    """A quantized snapshot's values decoded straight to `dtype`, checked for its shape."""
-    array: np.ndarray[Any, Any] = stored.read_as(dtype)
-    if tuple(array.shape) != snapshot.shape:
-        raise SnapshotLoadError(
-            f"source produced shape {list(array.shape)}, declared {list(snapshot.shape)}",
-            tensor=snapshot.full_path,
-        )
-    return array
+    """A quantized snapshot's values decoded straight to `dtype`, with `to_numpy`'s checks."""
+    return snapshot.replace(load=functools.partial(stored.read_as, dtype)).to_numpy()
 
 
 def _read_as(snapshot: TensorSnapshot, dtype: DType) -> np.ndarray[Any, Any]:
