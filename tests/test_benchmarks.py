@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,18 +144,23 @@ def test_large_convert_script_checks_values_and_the_memory_bound(tmp_path: Path)
 GGUF_SCRIPT = SCRIPT.parent / "bench_gguf_dequant.py"
 
 
-def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> None:
-    pytest.importorskip("gguf")
-    out = tmp_path / "gguf.json"
+def _quick_rows(script: Path, out: Path) -> tuple[list[dict[str, Any]], str]:
+    """A dequantization benchmark's ``--quick`` run: its JSON rows and what it printed."""
     done = subprocess.run(
-        [sys.executable, str(GGUF_SCRIPT), "--quick", "--repeat", "1", "--json", str(out)],
+        [sys.executable, str(script), "--quick", "--repeat", "1", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    rows = json.loads(out.read_text())["rows"]
+    rows: list[dict[str, Any]] = json.loads(out.read_text())["rows"]
+    return rows, done.stdout
+
+
+def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    rows, printed = _quick_rows(GGUF_SCRIPT, tmp_path / "gguf.json")
     assert [(row["type"], row["elements"]) for row in rows] == [
         (name, size) for name in ("Q4_K", "Q6_K", "Q8_0") for size in (1 << 16, 1 << 18)
     ]
@@ -162,7 +168,7 @@ def test_gguf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) ->
         assert row["ours"]["cpu"][0] > 0 and row["gguf"]["wall"][0] > 0, row
         assert row["into"]["cpu"][0] > 0, row
         assert row["ratio"] > 0 and row["ratio_into"] > 0, row
-        assert f"{row['elements']:,}" in done.stdout
+        assert f"{row['elements']:,}" in printed
 
 
 HF_SCRIPT = SCRIPT.parent / "bench_hf_dequant.py"
@@ -170,16 +176,7 @@ HF_SCRIPT = SCRIPT.parent / "bench_hf_dequant.py"
 
 def test_hf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    out = tmp_path / "hf.json"
-    done = subprocess.run(
-        [sys.executable, str(HF_SCRIPT), "--quick", "--repeat", "1", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(out.read_text())["rows"]
+    rows, printed = _quick_rows(HF_SCRIPT, tmp_path / "hf.json")
     assert [(row["layout"], row["output"], row["elements"]) for row in rows] == [
         (layout, output, size)
         for layout in ("fp8-block", "mxfp4")
@@ -188,4 +185,4 @@ def test_hf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> N
     ]
     for row in rows:
         assert row["ours"]["cpu"][0] > 0 and row["reference"]["wall"][0] > 0, row
-        assert row["ratio"] > 0 and f"{row['elements']:,}" in done.stdout
+        assert row["ratio"] > 0 and f"{row['elements']:,}" in printed
