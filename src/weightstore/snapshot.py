@@ -19,8 +19,10 @@ from weightstore.base._record import ValueRecord, field
 from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import SnapshotLoadError, WeightstoreError
+from weightstore.quantized._group import QuantizedGroup
 
 __all__ = [
+    "GroupPart",
     "ReaderLoad",
     "StoredBlocks",
     "TensorSnapshot",
@@ -61,20 +63,37 @@ class StoredBlocks(ValueRecord):
     a transpose) no longer has it (`stored_blocks`), since its values are no longer these.
 
     Attributes:
-        encoding: the ggml type name (``"Q4_K"``).
-        read_blocks: the stored bytes (``uint8``), as a writer copies them.
+        encoding: the ggml type name (``"Q4_K"``), or a quantized group's layout
+            (``"fp8-block"``) for a group read dequantized.
+        read_blocks: the stored bytes (``uint8``) as a GGUF writer copies them, or None when
+            GGUF has no type for the encoding.
         read_as: the values in a float `DType` (``BF16``), decoded straight to it.
         load: the snapshot load these describe.
     """
 
     encoding: str
-    read_blocks: Callable[[], Any] = field(compare=False)
+    read_blocks: Callable[[], Any] | None = field(compare=False)
     read_as: Callable[[DType], Any] = field(compare=False)
     load: Any = field(compare=False)
 
     def rebound(self, load: Any) -> StoredBlocks:
         """The same blocks for a load that reads the same values (a progress counter)."""
         return StoredBlocks(self.encoding, self.read_blocks, self.read_as, load)
+
+
+class GroupPart(ValueRecord):
+    """Which quantized group a snapshot's stored tensor belongs to, and as what: the codes or a
+    companion (``"scale"``). Filters, remaps and saves keep a group whole by it; a load that
+    would put codes into a float tensor names the layout and the option that decodes it.
+
+    Attributes:
+        group: the group, under the names its file gives (every part's tag holds the same
+            object, so parts of one group are told apart from another's by identity).
+        role: ``"codes"``, or the companion's role in ``group.companions``.
+    """
+
+    group: QuantizedGroup
+    role: str
 
 
 def stored_blocks(snapshot: TensorSnapshot) -> StoredBlocks | None:
@@ -96,7 +115,9 @@ class TensorSnapshot(ValueRecord):
             adapters key on the last one.
         param_id: the parameter's u64 identity (burnpack ``param_id``), when the source has one.
         stored: the quantized blocks behind the values, for a source that stores them so
-            (GGUF); see `stored_blocks`.
+            (GGUF, a group read dequantized); see `stored_blocks`.
+        group: the quantized group this stored tensor is part of, for a source read without
+            dequantizing (`GroupPart`).
     """
 
     path: tuple[str, ...]
@@ -106,6 +127,7 @@ class TensorSnapshot(ValueRecord):
     container: tuple[str, ...] = ()
     param_id: int | None = None
     stored: StoredBlocks | None = field(default=None, repr=False, compare=False)
+    group: GroupPart | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_array(
@@ -152,7 +174,7 @@ class TensorSnapshot(ValueRecord):
         # Not `replace`: renaming runs once per tensor on every remapped load.
         return type(self)(
             tuple(name.split(".")), self.dtype, self.shape, self.load, self.container,
-            self.param_id, self.stored,
+            self.param_id, self.stored, self.group,
         )  # fmt: skip
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
@@ -176,9 +198,12 @@ class TensorSnapshot(ValueRecord):
         return array
 
 
-def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
+def reader_snapshots(
+    reader: TensorReader, skip: frozenset[str] = frozenset()
+) -> list[TensorSnapshot]:
     """Lazy snapshots of every tensor a container reader holds, in file order (reading them in
-    this order streams the file). Nothing is read until a snapshot's data is asked for."""
+    this order streams the file), but those in `skip` (torch quantized tensors, which have
+    no plain descriptor). Nothing is read until a snapshot's data is asked for."""
     get = reader.get
     # Container readers and sets list their tensors from spans: no descriptor object each.
     tensor_infos = getattr(reader, "tensor_infos", None)
@@ -189,6 +214,7 @@ def reader_snapshots(reader: TensorReader) -> list[TensorSnapshot]:
         infos = [
             (name, info.dtype, tuple(info.shape), info.param_id)
             for name in reader.names_in_file_order()
+            if name not in skip
             for info in (describe(name),)
         ]
     partial, split = ReaderLoad, str.split

@@ -25,6 +25,12 @@ from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import detect_format_of_bytes
 from weightstore.io import is_url
+from weightstore.stores._groups import (
+    carry_group_renames,
+    dequantize_dtype,
+    source_snapshots,
+    source_view,
+)
 from weightstore.stores._load import apply_snapshots, verify_before_load
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
     from weightstore.io._source import ByteSource
     from weightstore.locate import Location
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
+    from weightstore.quantized import QuantizedGroup
     from weightstore.report import ApplyResult
     from weightstore.sets._reader import SetReport
     from weightstore.snapshot import TensorSnapshot
@@ -429,6 +436,29 @@ class Store:
             )
         return self._with(quantize=None if ggml_type is None else ggml_type.upper())
 
+    def with_dequantize(self: StoreT, dtype: Any = "bf16") -> StoreT:
+        """Read each quantized tensor (FP8, MXFP4, NVFP4 and int pack-quantized groups, torch
+        quantized tensors, Burn QFloat) as one tensor of its values in `dtype` (``"bf16"``,
+        ``"f16"`` or ``"f32"``), under its logical name; a load into a 16-bit float
+        parameter decodes straight to that dtype, one tensor at a time. None: read groups
+        as their stored parts (the default), which a float model refuses. docs/quantized.md.
+
+        Raises:
+            InvalidOptionError: another dtype.
+        """
+        return self._with(dequantize=None if dtype is None else dequantize_dtype(dtype))
+
+    def quantized_groups(self) -> list[QuantizedGroup]:
+        """The source's quantized tensors (`weightstore.quantized.QuantizedGroup`: layout,
+        codes, companions, logical shape, block, the rule that recognised it), under the
+        names the file gives, in file order."""
+        view = source_view(self._open(), self._source_path())
+        return [] if view is None else view.groups()
+
+    def _source_path(self) -> str | None:
+        """The path the source is read from, after the extension rule; None in memory."""
+        return None if self._path is None else self._file_path(for_write=False)
+
     def with_variant(self: StoreT, name: str | None) -> StoreT:
         """Read and write a sharded set's variant, as transformers' ``variant=`` names it:
         ``model.fp16-00001-of-00002.safetensors`` and ``model.safetensors.index.fp16.json``
@@ -498,9 +528,7 @@ class Store:
 
     def _read_snapshots(self) -> list[TensorSnapshot]:
         """Snapshots as the container names them, in file order, before remapping."""
-        from weightstore.snapshot import reader_snapshots  # the first read loads snapshots
-
-        return reader_snapshots(self._open())
+        return source_snapshots(self._open(), self._source_path(), self._options.dequantize)
 
     def read_metadata(self) -> dict[str, str]:
         """The source's metadata as strings (PyTorch: the layout's facts; a sharded set: its
@@ -557,6 +585,8 @@ class Store:
             return dict(zip(olds, snapshots, strict=True))
         names = remapper.remap_names(olds, path=self._path)
         by_old = dict(zip(olds, snapshots, strict=True))
+        if any(s.group is not None for s in snapshots):  # a group's parts move together
+            names = carry_group_renames(names, by_old, self._path)
         return {new: _renamed(by_old[old], new) for new, old in names.items()}
 
     def get_all_snapshots(self) -> dict[str, TensorSnapshot]:
@@ -671,16 +701,16 @@ class Store:
         filename = self._file_path(for_write=False)
         if not is_set_source(filename):
             return None
-        from weightstore.snapshot import reader_snapshots
-
         whole = self._open()
         restriction = restricted_for_load(whole, self._options, filename)
+        dequantize = self._options.dequantize
         if restriction is None:
-            self._fill_cache(reader_snapshots(whole))
+            self._fill_cache(source_snapshots(whole, filename, dequantize))
             return None
         reader, dropped = restriction
         with collector_paused():
-            snapshots = list(self._remapped_by_name(reader_snapshots(reader)).values())
+            read = source_snapshots(reader, filename, dequantize)
+            snapshots = list(self._remapped_by_name(read).values())
         verify_before_load(reader)
         return snapshots, dropped
 

@@ -88,6 +88,12 @@ def apply_snapshots(
     from weightstore.transfer._apply import apply
     from weightstore.transfer._plan import LoadRules
 
+    grouped = [s for s in snapshots if s.group is not None]
+    path_filter = options.active_filter()
+    if grouped and path_filter is not None:
+        from weightstore.transfer._groups import refuse_split_groups
+
+        refuse_split_groups(grouped, path_filter=path_filter)
     if path is not None and is_url(path):  # fetch what the load reads in large batches
         plan_reads_for_load(snapshots, options, path)
     rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
@@ -111,4 +117,31 @@ def apply_snapshots(
     failure = result.refused or rules.failure(result)
     if failure is None:
         return result
-    raise LoadFailedError(result, failure, store_fix(result, failure), path=path)
+    fix = store_fix(result, failure)
+    if grouped:
+        fix = _dequantize_fix(result, grouped) or fix
+    raise LoadFailedError(result, failure, fix, path=path)
+
+
+def _dequantize_fix(result: ApplyResult, grouped: Sequence[TensorSnapshot]) -> str | None:
+    """The fix when the failure comes from quantized groups read as their parts: codes met
+    by a float tensor, or a model tensor missing under a group's logical name (gpt-oss's
+    ``X`` stored as ``X_blocks`` and ``X_scales``)."""
+    logical: dict[str, str] = {}
+    for snapshot in grouped:
+        assert snapshot.group is not None
+        group = snapshot.group.group
+        if snapshot.group.role != "codes":
+            continue
+        suffix = group.codes[len(group.name) :] if group.codes.startswith(group.name) else ""
+        name = snapshot.full_path
+        logical[name[: len(name) - len(suffix)] if suffix else name] = group.layout
+    hit = [logical[e.path] for e in result.errors if e.path in logical]
+    hit += [logical[p] for p, _ in result.missing if p in logical]
+    if not hit:
+        return None
+    layouts = ", ".join(sorted(set(hit)))
+    return (
+        f"the source holds quantized tensors ({layouts}) as codes and scales: load with "
+        ".with_dequantize('bf16') (or 'f16', 'f32') to decode each into the model"
+    )

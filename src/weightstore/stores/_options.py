@@ -52,6 +52,7 @@ class StoreOptions(ValueRecord):
     index_tensor_digests: bool = False  # a set's index lists every tensor's digest too
     verify_digests: bool = True  # reads check the digests a file carries
     quantize: str | None = None  # GGUF saves: quantize float tensors to this ggml type
+    dequantize: str | None = None  # quantized groups read as one tensor of this dtype name
 
     def __init__(
         self,
@@ -77,13 +78,14 @@ class StoreOptions(ValueRecord):
         index_tensor_digests: bool = False,
         verify_digests: bool = True,
         quantize: str | None = None,
+        dequantize: str | None = None,
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
             {} if metadata is None else metadata, skip_enum_variants,
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
             dedupe_tied, durable, max_shard_size, variant, allow_objects, digests,
-            index_tensor_digests, verify_digests, quantize,
+            index_tensor_digests, verify_digests, quantize, dequantize,
         )  # fmt: skip
 
     @property

@@ -16,6 +16,7 @@ from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.io import is_url
 from weightstore.io._digest import METADATA_KEY as DIGESTS_KEY
+from weightstore.stores._groups import groups_for_save
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._source import Output, file_path
 
@@ -95,10 +96,13 @@ def write_snapshots(
     from weightstore.io._atomic import write_atomic
     from weightstore.snapshot import stored_blocks
 
+    if any(s.group is not None for s in snapshots):
+        snapshots = groups_for_save(fmt, snapshots)
     entries = [
         TensorEntry(
             s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id,
-            blocks=None if stored is None else (stored.encoding, stored.read_blocks),
+            blocks=None if stored is None or stored.read_blocks is None
+            else (stored.encoding, stored.read_blocks),
         )
         for s in snapshots
         for stored in (stored_blocks(s),)

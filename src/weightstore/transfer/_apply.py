@@ -29,6 +29,7 @@ from weightstore.dtypes import DType, can_cast_exactly
 from weightstore.errors import RemapCollisionError
 from weightstore.report import ApplyError, ApplyResult
 from weightstore.snapshot import StoredBlocks, TensorSnapshot, stored_blocks
+from weightstore.transfer._groups import refuse_split_groups
 from weightstore.transfer._plan import (
     LoadOutcome,
     LoadPlan,
@@ -88,7 +89,10 @@ def collect(
         aliases = source.aliases()
         snapshots = [s for s in snapshots if s.full_path not in aliases]
     if filter is not None and not filter.is_empty:
+        every = snapshots
         snapshots = [s for s in snapshots if filter.matches(s.full_path, s.container_path)]
+        if len(snapshots) != len(every) and any(s.group is not None for s in every):
+            refuse_split_groups(every, snapshots)
     if adapter is not None:
         from weightstore.bridge import validate_adapter
 
@@ -384,7 +388,7 @@ def _prepare(
         # Adapters see the model's name and module types, as the target expects them.
         seen = TensorSnapshot(
             tuple(target.path.split(".")), snapshot.dtype, snapshot.shape, snapshot.load,
-            target.container, snapshot.param_id, snapshot.stored,
+            target.container, snapshot.param_id, snapshot.stored, snapshot.group,
         )  # fmt: skip
         snapshot = adapter.adapt_for_load(seen, target.dtype)
     if snapshot.shape != target.shape:
@@ -392,6 +396,11 @@ def _prepare(
     # Table rows are shared objects, so `is` settles the usual case without the dataclass's
     # field-by-field comparison.
     same = snapshot.dtype is target.dtype or snapshot.dtype == target.dtype
+    if not same and snapshot.group is not None and snapshot.group.role == "codes":
+        # Codes are no values, whatever casts their dtype allows (F8 widens to BF16 exactly).
+        return ApplyError.dtype_mismatch(
+            target.path, target.dtype.name, snapshot.dtype.name, _decode_advice(snapshot, target)
+        )
     stored = stored_blocks(snapshot)
     decodes = stored is not None and not same and target.dtype.kind == "f"
     if (
@@ -409,6 +418,19 @@ def _prepare(
         return PendingTensor(snapshot.to_numpy, snapshot.dtype, param_id)
     return PendingTensor(
         functools.partial(_read_as, snapshot, target.dtype), target.dtype, param_id
+    )
+
+
+def _decode_advice(snapshot: TensorSnapshot, target: Target) -> str:
+    """What to do about quantized codes met by a float (or other) model tensor."""
+    assert snapshot.group is not None
+    group = snapshot.group.group
+    wanted = {"BF16": "bf16", "F16": "f16"}.get(target.dtype.name, "f32")
+    companions = ", ".join(sorted(group.companions.values())) or "its scheme"
+    return (
+        f"it holds the codes of a {group.layout} quantized tensor (with {companions}), not "
+        f"values: load with .with_dequantize({wanted!r}) (convert: --dequantize {wanted}) to "
+        "decode it"
     )
 
 

@@ -1,0 +1,273 @@
+"""Quantized groups in a store: found once per read, carried whole, dequantized on request.
+
+A store reads its source through `weightstore.quantized.QuantizedView`, which tells which
+stored tensors form one quantized tensor. Without ``with_dequantize`` every part stays a
+snapshot of its own, tagged with its group (`GroupPart`), so a copy keeps each part byte for
+byte; remaps rename a group's companions with its codes and filters that would split a group
+are refused. With it, each group is one snapshot under its logical name whose load decodes
+straight to the dtype asked for (or to the model's, for a 16-bit parameter).
+
+The checkpoint's ``quantization_config`` is read from the ``config.json`` beside a local file
+or set (as Hugging Face checkpoints keep it), or from a ``quantization_config`` metadata pair.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from weightstore.errors import InvalidOptionError, MetadataError, RemapCollisionError
+
+if TYPE_CHECKING:
+    from weightstore.container._format import ContainerFormat, TensorReader
+    from weightstore.quantized import QuantizedGroup
+    from weightstore.quantized._view import QuantizedView
+    from weightstore.snapshot import TensorSnapshot
+
+__all__ = [
+    "DEQUANTIZE_DTYPES",
+    "carry_group_renames",
+    "dequantize_dtype",
+    "groups_for_save",
+    "quantization_config",
+    "source_snapshots",
+    "source_view",
+]
+
+DEQUANTIZE_DTYPES: Final = {
+    "f32": "F32", "float32": "F32", "fp32": "F32",
+    "bf16": "BF16", "bfloat16": "BF16",
+    "f16": "F16", "float16": "F16", "fp16": "F16", "half": "F16",
+}  # fmt: skip
+"""What ``with_dequantize`` and ``convert --dequantize`` accept, lower-cased, and the dtype."""
+
+CONFIG_LIMIT: Final = 16 << 20
+"""The largest ``config.json`` read for its ``quantization_config`` (real ones are a few KB)."""
+
+
+def dequantize_dtype(dtype: object) -> str:
+    """The dtype name ``with_dequantize(dtype)`` means: ``"BF16"`` for ``"bf16"``, ``BF16``.
+
+    Raises:
+        InvalidOptionError: anything but F32, BF16 or F16 by one of their names.
+    """
+    name = getattr(dtype, "name", dtype)
+    found = DEQUANTIZE_DTYPES.get(name.lower()) if isinstance(name, str) else None
+    if found is None:
+        raise InvalidOptionError(
+            f"dequantize to {dtype!r}: quantized tensors dequantize to bf16, f16 or f32",
+            option="dequantize",
+        )
+    return found
+
+
+def quantization_config(path: str | None, reader: TensorReader) -> Mapping[str, object] | None:
+    """The checkpoint's ``quantization_config``: from a ``quantization_config`` metadata pair
+    (a JSON object), else from ``config.json`` beside the local file or set at `path`.
+
+    Raises:
+        MetadataError: a ``config.json`` or metadata pair that is not JSON, or over 16 MiB.
+    """
+    metadata = getattr(reader, "metadata", None)
+    pairs = metadata() if metadata is not None else {}
+    text = pairs.get("quantization_config") if isinstance(pairs, Mapping) else None
+    if isinstance(text, str):
+        found = _json_object(text, path, "the quantization_config metadata")
+        return found
+    config = _config_file(path)
+    if config is None:
+        return None
+    with open(config, "rb") as file:
+        data = file.read(CONFIG_LIMIT + 1)
+    if len(data) > CONFIG_LIMIT:
+        raise MetadataError(
+            f"{config} is over {CONFIG_LIMIT >> 20} MiB: not a model's config.json", path=path
+        )
+    whole = _json_object(data, path, config)
+    found = whole.get("quantization_config") if whole is not None else None
+    return found if isinstance(found, Mapping) else None
+
+
+def _config_file(path: str | None) -> str | None:
+    """``config.json`` beside a local file or set, or in a local directory; else None."""
+    if path is None or "://" in path:
+        return None
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config = os.path.join(directory, "config.json")
+    return config if os.path.isfile(config) and config != os.path.abspath(path) else None
+
+
+def _json_object(data: str | bytes, path: str | None, where: str) -> Mapping[str, Any] | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise MetadataError(f"{where} is not JSON: {err}", path=path) from None
+    return value if isinstance(value, Mapping) else None
+
+
+def source_view(reader: TensorReader, path: str | None) -> QuantizedView | None:
+    """The view of `reader`'s quantized groups; None for a format that decodes its own
+    quantized tensors (GGUF)."""
+    if getattr(reader, "stored_encoding", None) is not None:
+        return None
+    from weightstore.quantized._view import QuantizedView
+
+    return QuantizedView(reader, quantization_config(path, reader), path=path)
+
+
+def source_snapshots(
+    reader: TensorReader, path: str | None, dequantize: str | None
+) -> list[TensorSnapshot]:
+    """The store's snapshots of `reader`, in file order: quantized groups tagged part by part,
+    or, with `dequantize` (a dtype name), one decoding snapshot per group."""
+    from weightstore.snapshot import reader_snapshots
+
+    view = source_view(reader, path)
+    groups = [] if view is None else view.groups()
+    if view is None or not groups:
+        return reader_snapshots(reader)
+    natives = frozenset(g.codes for g in groups if g.layout == "torch-affine")
+    by_name = {s.full_path: s for s in reader_snapshots(reader, skip=natives)}
+    snapshots: list[TensorSnapshot] = []
+    for name in view.stored_names():
+        group = view.group_of(name)
+        if group is None:
+            snapshots.append(by_name[name])
+        elif dequantize is not None:
+            if name == group.codes:
+                snapshots.append(_decoding(view, group, dequantize))
+        else:
+            snapshots.append(_tagged(view, group, name, by_name.get(name)))
+    return snapshots
+
+
+def _decoding(view: QuantizedView, group: QuantizedGroup, dtype_name: str) -> TensorSnapshot:
+    """Group `group` as one snapshot of its values in `dtype_name`; a load into a 16-bit
+    float parameter decodes straight to that parameter's dtype (`StoredBlocks.read_as`)."""
+    from weightstore.dtypes import from_name
+    from weightstore.snapshot import StoredBlocks, TensorSnapshot
+
+    dtype = from_name(dtype_name)
+    load = functools.partial(view.dequantized, group.name, dtype)
+    stored = StoredBlocks(group.layout, None, functools.partial(view.dequantized, group.name), load)
+    return TensorSnapshot(
+        tuple(group.name.split(".")), dtype, group.logical_shape, load, (), None, stored
+    )
+
+
+def _tagged(
+    view: QuantizedView, group: QuantizedGroup, name: str, snapshot: TensorSnapshot | None
+) -> TensorSnapshot:
+    """Part `name` of `group` as a snapshot tagged with its group and role."""
+    from weightstore.dtypes import from_numpy
+    from weightstore.snapshot import GroupPart, ReaderLoad, TensorSnapshot
+
+    role = "codes" if name == group.codes else _role(group, name)
+    tag = GroupPart(group, role)
+    if snapshot is not None:
+        return snapshot.replace(group=tag)
+    # A torch quantized tensor: listed with its codes' dtype; reading it says how to decode it.
+    import numpy as np
+
+    reader: Any = view.reader
+    info = reader.quantized_info(name)
+    dtype = from_numpy(np.dtype(info.code_dtype))
+    load = ReaderLoad(reader.get, name)
+    return TensorSnapshot(
+        tuple(name.split(".")), dtype, tuple(info.shape), load, (), None, None, tag
+    )
+
+
+def _role(group: QuantizedGroup, part: str) -> str:
+    return next(role for role, name in group.companions.items() if name == part)
+
+
+# -- carried whole ---------------------------------------------------------------------------
+
+
+def carry_group_renames(
+    names: Mapping[str, str],
+    by_old: Mapping[str, TensorSnapshot],
+    path: str | None = None,
+) -> dict[str, str]:
+    """`names` (new -> old, as a remapper gives them) with each group's companions renamed
+    along with its codes: when the codes' name changed and a companion's did not, the
+    companion takes the codes' new prefix (``x.weight`` -> ``y.weight`` renames
+    ``x.weight_scale_inv`` to ``y.weight_scale_inv``, ``x.input_scale`` to ``y.input_scale``).
+    A companion the remapper renamed itself keeps that name.
+
+    Raises:
+        RemapCollisionError: a carried name lands on another tensor's name.
+    """
+    new_of = {old: new for new, old in names.items()}
+    changed: dict[str, str] = {}
+    for old, snapshot in by_old.items():
+        tag = snapshot.group
+        if tag is None or tag.role != "codes":
+            continue
+        codes_new = new_of.get(old, old)
+        if codes_new == old:
+            continue
+        old_prefix, new_prefix = _changed_prefix(old, codes_new)
+        for part in tag.group.companions.values():
+            if part in by_old and new_of.get(part, part) == part and part.startswith(old_prefix):
+                changed[part] = new_prefix + part[len(old_prefix) :]
+    if not changed:
+        return dict(names)
+    result: dict[str, str] = {}
+    for new, old in names.items():
+        target = changed.get(old, new)
+        if target in result:
+            raise RemapCollisionError(target, result[target], old, path=path)
+        result[target] = old
+    return result
+
+
+def _changed_prefix(old: str, new: str) -> tuple[str, str]:
+    """The prefixes that differ once the longest common suffix is set aside."""
+    common = 0
+    limit = min(len(old), len(new))
+    while common < limit and old[-1 - common] == new[-1 - common]:
+        common += 1
+    return old[: len(old) - common], new[: len(new) - common]
+
+
+def groups_for_save(
+    fmt: ContainerFormat, snapshots: Sequence[TensorSnapshot]
+) -> Sequence[TensorSnapshot]:
+    """`snapshots` as `fmt` can hold their quantized groups: part by part where the format
+    stores plain tensors; refused where it cannot hold them without changing their meaning.
+
+    Raises:
+        InvalidOptionError: a torch quantized tensor (its scales live in the pickle, which no
+            other format has a place for), or a group GGUF has no block type for; each names
+            the tensor, the layout and ``with_dequantize``.
+    """
+    for snapshot in snapshots:
+        tag = snapshot.group
+        if tag is None:
+            continue
+        group = tag.group
+        if group.layout == "torch-affine":
+            raise InvalidOptionError(
+                f"{snapshot.full_path!r} is a torch quantized tensor ({group.rule}): its "
+                f"scales and zero points live in the pickle, which {fmt.title} has no place "
+                "for; read the source with .with_dequantize('bf16') (convert: --dequantize "
+                "bf16) to save its values",
+                option="dequantize",
+                format=fmt.name,
+            )
+        if "quantize" in fmt.store_options:  # a format of its own blocks (GGUF)
+            raise InvalidOptionError(
+                f"{snapshot.full_path!r} is part of a {group.layout} quantized tensor "
+                f"({group.name!r}), and {fmt.title} has no block type for {group.layout}: read "
+                "the "
+                "source with .with_dequantize('bf16') (convert: --dequantize bf16) to save "
+                "its values",
+                option="dequantize",
+                format=fmt.name,
+            )
+    return snapshots
