@@ -1,7 +1,9 @@
 """Quantized blocks: ggml's block types and the NumPy kernels that dequantize and quantize them,
 Burn's QFloat schemes (`parse_burn_scheme`, `dequantize_burn_qfloat`), and the quantized
 layouts of SafeTensors-style checkpoints (FP8, MXFP4): which stored tensors form a group
-(`recognise`) and their dequantization (`dequantize_group`).
+(`recognise`) and their dequantization (`dequantize_group`), and the byte-for-byte repacking
+of gpt-oss's MXFP4 pair into ggml's MXFP4 blocks and back (`mxfp4_to_ggml`, `ggml_to_mxfp4`),
+so a conversion between SafeTensors and GGUF keeps the blocks instead of their values.
 
 Format-free and model-free: GGUF stores whole tensors in these blocks, and other containers'
 quantized layouts reuse the kernels. Nothing here reads a file.
@@ -38,6 +40,8 @@ if TYPE_CHECKING:  # the lazy part of the table below, as type checkers see it
     from weightstore.quantized._ggml_quantize import quantize_blocks as quantize_blocks
     from weightstore.quantized._hf_dequantize import dequantize_group as dequantize_group
     from weightstore.quantized._hf_recognise import recognise as recognise
+    from weightstore.quantized._mxfp4_ggml import ggml_to_mxfp4 as ggml_to_mxfp4
+    from weightstore.quantized._mxfp4_ggml import mxfp4_to_ggml as mxfp4_to_ggml
 
 # The kernels (and NumPy) load on first use: the type table is all a GGUF header needs.
 __getattr__, __dir__, __all__ = lazy_exports(
@@ -66,5 +70,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "recognise": "weightstore.quantized._hf_recognise",
         "dequantize_group": "weightstore.quantized._hf_dequantize",
+        **dict.fromkeys(("ggml_to_mxfp4", "mxfp4_to_ggml"), "weightstore.quantized._mxfp4_ggml"),
     },
 )  # fmt: skip
