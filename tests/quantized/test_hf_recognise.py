@@ -31,14 +31,15 @@ def deepseek_layer() -> dict[str, StoredTensor]:
     }
 
 
-def compressed_tensors_config(strategy: str, **weights: Any) -> dict[str, Any]:
-    """A ``float-quantized`` config as compressed-tensors itself serialises it."""
+def compressed_tensors_config(
+    strategy: str, stored: str = "float-quantized", **weights: Any
+) -> dict[str, Any]:
+    """A config storing FP8 weights in format `stored`, as compressed-tensors serialises it."""
     quantization = need("compressed_tensors.quantization")
     args = quantization.QuantizationArgs(num_bits=8, type="float", strategy=strategy, **weights)
     scheme = quantization.QuantizationScheme(targets=["Linear"], weights=args)
     config = quantization.QuantizationConfig(
-        config_groups={"group_0": scheme}, format="float-quantized",
-        quant_method="compressed-tensors",
+        config_groups={"group_0": scheme}, format=stored, quant_method="compressed-tensors",
     )  # fmt: skip
     dumped: dict[str, Any] = config.model_dump(mode="json")
     return dumped
@@ -118,6 +119,20 @@ def test_compressed_tensors_float_quantized(
     assert (group.layout, group.block) == (layout, block)
     assert group.rule.startswith("quantization_config: compressed-tensors float-quantized")
     assert set(group.companions) == {"scale", "input_scale"} and plain == ["lm_head.weight"]
+
+
+def test_compressed_tensors_naive_quantized_fp8_weights() -> None:
+    """compressed-tensors writes weight-only FP8 (no activation arguments) as
+    ``naive-quantized``, with the same tensors as ``float-quantized``; missing it would leave
+    the F8 codes plain and load them as weights."""
+    tensors = {
+        "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", (96, 160)),
+        "model.layers.0.mlp.down_proj.weight_scale": ("BF16", (3, 5)),
+    }
+    config = compressed_tensors_config("block", "naive-quantized", block_structure=[32, 32])
+    group = only(recognise(tensors, config)[0])
+    assert (group.layout, group.block) == ("fp8-block", (32, 32))
+    assert group.rule == "quantization_config: compressed-tensors naive-quantized fp8 block 32x32"
 
 
 def test_modelopt_fp8() -> None:

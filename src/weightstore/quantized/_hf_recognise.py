@@ -6,7 +6,8 @@ no NumPy) and the checkpoint's ``quantization_config`` when there is one:
 
 - ``quant_method: fp8`` (``weight_block_size``): ``N`` F8 + ``N_scale_inv``; fp8-block, or
   fp8-tensor where the config names no block.
-- ``compressed-tensors`` ``float-quantized``, and ``modelopt`` FP8: ``P.weight`` F8 +
+- ``compressed-tensors`` ``float-quantized`` (or ``naive-quantized``, which it writes for FP8
+  weights without activation quantization), and ``modelopt`` FP8: ``P.weight`` F8 +
   ``P.weight_scale``; the layout is the strategy (tensor, channel, block, group) the scale's
   shape fits.
 - ``quant_method: mxfp4`` (gpt-oss): ``X_blocks`` U8 + ``X_scales`` U8; mxfp4.
@@ -182,9 +183,19 @@ def fp8_config_rule(
     ]
 
 
-def _compressed_float_strategies(config: Mapping[str, object]) -> list[Mapping[str, object]]:
-    """The weight arguments of every compressed-tensors group stored ``float-quantized``."""
-    found: list[Mapping[str, object]] = []
+_FLOAT_FORMATS: Final = ("float-quantized", "naive-quantized")
+"""compressed-tensors formats that store float weights as codes of their own dtype beside a
+scale: ``float-quantized`` where activations are quantized too, ``naive-quantized`` (its
+fallback compressor, the same tensors) for weight-only FP8 such as FP8 blocks without
+activation arguments."""
+
+
+def _compressed_float_strategies(
+    config: Mapping[str, object],
+) -> list[tuple[Mapping[str, object], str]]:
+    """The weight arguments and stored format of every compressed-tensors group that stores
+    float codes as they are (`_FLOAT_FORMATS`)."""
+    found: list[tuple[Mapping[str, object], str]] = []
     default_format = config.get("format")
     groups = config.get("config_groups")
     if not isinstance(groups, Mapping):
@@ -195,8 +206,8 @@ def _compressed_float_strategies(config: Mapping[str, object]) -> list[Mapping[s
         weights = scheme.get("weights")
         stored = scheme.get("format") or default_format
         is_float = isinstance(weights, Mapping) and weights.get("type", "float") == "float"
-        if stored == "float-quantized" and is_float and isinstance(weights, Mapping):
-            found.append(weights)
+        if stored in _FLOAT_FORMATS and is_float and isinstance(weights, Mapping):
+            found.append((weights, str(stored)))
     return found
 
 
@@ -220,16 +231,18 @@ def _strategy_block(
 def _float_quantized_group(
     codes: str,
     scale: str,
-    schemes: Sequence[Mapping[str, object]],
+    schemes: Sequence[tuple[Mapping[str, object], str]],
     tensors: Mapping[str, StoredTensor],
-    origin: str,
     path: str | None,
 ) -> QuantizedGroup:
-    """The group of `codes` and `scale` under the first scheme whose blocks fit the scale."""
+    """The group of `codes` and `scale` under the first scheme (weight arguments, and the
+    origin its rule names) whose blocks fit the scale."""
     codes_shape, scale_shape = tensors[codes][1], tensors[scale][1]
-    blocks = [_strategy_block(weights, codes_shape, path) for weights in schemes]
+    blocks = [(_strategy_block(weights, codes_shape, path), origin) for weights, origin in schemes]
     fitting = [
-        b for b in blocks if b is not None and fp8_accepts_scale(codes_shape, b, scale_shape)
+        (b, origin)
+        for b, origin in blocks
+        if b is not None and fp8_accepts_scale(codes_shape, b, scale_shape)
     ]
     prefix = codes[: -len("weight")]
     if prefix + "weight_zero_point" in tensors:
@@ -243,11 +256,11 @@ def _float_quantized_group(
     if not fitting:
         (codes_dtype, _), (scale_dtype, _) = tensors[codes], tensors[scale]
         check_fp8_dtypes(codes, codes, codes_dtype, scale, scale_dtype, path=path)
-        candidates = [b for b in blocks if b is not None]
+        candidates = [b for b, _ in blocks if b is not None]
         raise fp8_scale_mismatch(
             codes, codes, codes_shape, scale, scale_shape, candidates, path=path
         )
-    block = fitting[0]
+    block, origin = fitting[0]
     rule = f"quantization_config: {origin} {_block_text(block, codes_shape)}"
     return _fp8_group(codes, scale, block, tensors, rule, path)
 
@@ -255,8 +268,8 @@ def _float_quantized_group(
 def fp8_scale_rule(
     tensors: Mapping[str, StoredTensor], config: Mapping[str, object] | None, path: str | None
 ) -> list[QuantizedGroup]:
-    """compressed-tensors ``float-quantized`` and ModelOpt FP8: ``P.weight`` F8 with
-    ``P.weight_scale`` whose shape one of the config's strategies implies."""
+    """compressed-tensors ``float-quantized`` (or ``naive-quantized``) and ModelOpt FP8:
+    ``P.weight`` F8 with ``P.weight_scale`` whose shape one of the config's strategies implies."""
     method = _method(config)
     if config is None or method not in ("compressed-tensors", "modelopt"):
         return []
@@ -264,15 +277,19 @@ def fp8_scale_rule(
         algo = config.get("quant_algo")
         if not (isinstance(algo, str) and "FP8" in algo.upper()):
             return []
-        schemes: list[Mapping[str, object]] = [{"strategy": "tensor"}, {"strategy": "channel"}]
-        origin = "modelopt"
+        schemes: list[tuple[Mapping[str, object], str]] = [
+            ({"strategy": "tensor"}, "modelopt"),
+            ({"strategy": "channel"}, "modelopt"),
+        ]
     else:
-        schemes = _compressed_float_strategies(config)
-        origin = "compressed-tensors float-quantized"
+        schemes = [
+            (weights, f"compressed-tensors {stored}")
+            for weights, stored in _compressed_float_strategies(config)
+        ]
     if not schemes:
         return []
     return [
-        _float_quantized_group(codes, scale, schemes, tensors, origin, path)
+        _float_quantized_group(codes, scale, schemes, tensors, path)
         for codes, scale in list(_pairs(tensors, "_scale"))
         if codes.endswith("weight") and tensors[codes][0] in FP8_CODE_DTYPES
     ]
