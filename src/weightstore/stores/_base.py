@@ -21,9 +21,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from weightstore.base._gc import collector_paused
-from weightstore.container._format import PROBE_SIZE, ContainerFormat
+from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError
-from weightstore.formats import detect_format_of_bytes
 from weightstore.io import is_url
 from weightstore.stores._groups import (
     carry_group_renames,
@@ -41,7 +40,9 @@ from weightstore.stores._source import (
     OpenReader,
     Output,
     file_path,
+    format_of_bytes,
     is_set_source,
+    located,
     open_store_reader,
 )
 
@@ -159,7 +160,7 @@ class Store:
         if cls.FORMAT is not None:
             store = _new_store(cls, path=filename)
         else:
-            location, probe = _located(filename, storage_options)
+            location, probe = located(filename, storage_options)
             store_type = cast(type[StoreT], _STORE_FOR_FORMAT[location.require_format().name])
             store = _new_store(store_type, path=filename, reading=OpenReader(location, probe))
         if storage_options is not None:
@@ -179,7 +180,7 @@ class Store:
         if cls.FORMAT is None:
             if data is None:
                 raise InvalidOptionError("Store.from_bytes needs bytes to tell the format by")
-            fmt = _format_of_bytes(data)
+            fmt = format_of_bytes(data)
             return cast(StoreT, _STORE_FOR_FORMAT[fmt.name].from_bytes(data))
         fmt = cls._format()
         if fmt.open_bytes is None:
@@ -198,7 +199,7 @@ class Store:
         Raises:
             InvalidOptionError: the format cannot view a buffer in place.
         """
-        fmt = _format_of_bytes(buffer) if cls.FORMAT is None else cls._format()
+        fmt = format_of_bytes(buffer) if cls.FORMAT is None else cls._format()
         store_type = _STORE_FOR_FORMAT[fmt.name]
         if fmt.open_static is None:
             raise InvalidOptionError(
@@ -774,24 +775,9 @@ def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
     return snapshot.with_name(name)
 
 
-def _located(
-    path: str, storage_options: Mapping[str, Any] | None
-) -> tuple[Location, ByteSource | None]:
-    """What is at `path` (`weightstore.locate`), and the open file it was probed through,
-    which the store's first reader takes over."""
-    from weightstore.locate import _locate
-
-    return _locate(path, storage_options, None, keep=True)
-
-
 def _deprecated(old: str, new: str) -> None:
     """Warn that builder `old` is spelled `new` now, pointing at the caller's line."""
     warnings.warn(f"Store.{old} is deprecated; use Store.{new}", DeprecationWarning, stacklevel=3)
-
-
-def _format_of_bytes(data: Buffer) -> ContainerFormat:
-    view = memoryview(data).cast("B")
-    return detect_format_of_bytes(bytes(view[:PROBE_SIZE]), view.nbytes)
 
 
 def _new_store(store_type: type[StoreT], **source: Any) -> StoreT:

@@ -238,17 +238,33 @@ def _changed_prefix(old: str, new: str) -> tuple[str, str]:
 def groups_for_save(
     fmt: ContainerFormat, snapshots: Sequence[TensorSnapshot]
 ) -> Sequence[TensorSnapshot]:
-    """`snapshots` as `fmt` can hold their quantized groups: part by part where the format
-    stores plain tensors; refused where it cannot hold them without changing their meaning.
+    """`snapshots` as `fmt` holds their quantized tensors without dequantizing them: part by
+    part where the format stores plain tensors; an MXFP4 pair as one tensor of ggml MXFP4
+    blocks in GGUF, and a GGUF MXFP4 tensor as the ``_blocks`` + ``_scales`` pair elsewhere,
+    byte for byte either way (`mxfp4_to_ggml`).
 
     Raises:
         InvalidOptionError: a torch quantized tensor (its scales live in the pickle, which no
             other format has a place for), or a group GGUF has no block type for; each names
             the tensor, the layout and ``with_dequantize``.
     """
+    from weightstore.snapshot import stored_blocks
+
+    own_blocks = "quantize" in fmt.store_options  # a format of its own blocks (GGUF)
+    grouped = [s for s in snapshots if s.group is not None]
+    if not grouped and own_blocks:
+        return snapshots
+    partners = {(id(s.group.group), s.group.role): s for s in grouped if s.group is not None}
+    kept: list[TensorSnapshot] = []
     for snapshot in snapshots:
         tag = snapshot.group
         if tag is None:
+            stored = stored_blocks(snapshot)
+            mxfp4 = stored is not None and stored.encoding == "MXFP4"
+            if mxfp4 and not own_blocks and stored is not None and stored.read_blocks:
+                kept.extend(_mxfp4_pair(snapshot, stored.read_blocks))
+            else:
+                kept.append(snapshot)
             continue
         group = tag.group
         if group.layout == "torch-affine":
@@ -260,14 +276,82 @@ def groups_for_save(
                 option="dequantize",
                 format=fmt.name,
             )
-        if "quantize" in fmt.store_options:  # a format of its own blocks (GGUF)
+        if not own_blocks:
+            kept.append(snapshot)
+        elif group.layout == "mxfp4":
+            if tag.role == "codes":
+                kept.append(_ggml_mxfp4(snapshot, partners[(id(group), "scale")]))
+        else:
             raise InvalidOptionError(
                 f"{snapshot.full_path!r} is part of a {group.layout} quantized tensor "
-                f"({group.name!r}), and {fmt.title} has no block type for {group.layout}: read "
-                "the "
-                "source with .with_dequantize('bf16') (convert: --dequantize bf16) to save "
-                "its values",
+                f"({group.name!r}), and {fmt.title} has no block type for {group.layout}: "
+                "read the source with .with_dequantize('bf16') (convert: --dequantize bf16) "
+                "to save its values",
                 option="dequantize",
                 format=fmt.name,
             )
-    return snapshots
+    return kept
+
+
+_BLOCKS, _SCALES = "_blocks", "_scales"
+
+
+def _ggml_mxfp4(blocks: TensorSnapshot, scales: TensorSnapshot) -> TensorSnapshot:
+    """An MXFP4 pair as one snapshot: its values, and the ggml blocks a GGUF writer copies."""
+    from weightstore.dtypes import from_name
+    from weightstore.quantized._group import QuantizedGroup
+    from weightstore.quantized._hf_mxfp4 import dequantize_mxfp4_group
+    from weightstore.quantized._mxfp4_ggml import mxfp4_to_ggml
+    from weightstore.snapshot import StoredBlocks, TensorSnapshot
+
+    assert blocks.group is not None
+    stored_name = blocks.full_path
+    name = stored_name[: -len(_BLOCKS)] if stored_name.endswith(_BLOCKS) else stored_name
+    group = QuantizedGroup(
+        name=name, layout="mxfp4", codes=stored_name, companions={"scale": scales.full_path},
+        logical_shape=blocks.group.group.logical_shape, block=blocks.group.group.block,
+        rule=blocks.group.group.rule,
+    )  # fmt: skip
+
+    f32 = from_name("F32")
+
+    def values(dtype: Any = f32) -> Any:
+        parts = {stored_name: blocks.to_numpy(), scales.full_path: scales.to_numpy()}
+        wanted = from_name(dtype) if isinstance(dtype, str) else dtype
+        return dequantize_mxfp4_group(group, parts, wanted.numpy)
+
+    def ggml_blocks() -> Any:
+        return mxfp4_to_ggml(
+            blocks.to_numpy(), scales.to_numpy(), group=name, blocks_name=stored_name,
+            scales_name=scales.full_path,
+        )  # fmt: skip
+
+    load = functools.partial(values, f32)
+    stored = StoredBlocks("MXFP4", ggml_blocks, values, load)
+    return TensorSnapshot(
+        tuple(name.split(".")), f32, group.logical_shape, load, blocks.container, None, stored
+    )
+
+
+def _mxfp4_pair(snapshot: TensorSnapshot, read_blocks: Any) -> list[TensorSnapshot]:
+    """A GGUF MXFP4 tensor as gpt-oss's ``_blocks`` + ``_scales`` pair, repacked."""
+    from weightstore.dtypes import from_name
+    from weightstore.quantized._mxfp4_ggml import ggml_to_mxfp4
+    from weightstore.snapshot import TensorSnapshot
+
+    shape, name, u8 = snapshot.shape, snapshot.full_path, from_name("U8")
+    count = shape[-1] // 32
+
+    def part(index: int) -> Any:
+        return ggml_to_mxfp4(read_blocks(), shape, tensor=name)[index]
+
+    return [
+        TensorSnapshot(
+            tuple(f"{name}{_BLOCKS}".split(".")), u8, (*shape[:-1], count, 16),
+            functools.partial(part, 0), snapshot.container,
+        ),
+        TensorSnapshot(
+            tuple(f"{name}{_SCALES}".split(".")), u8, (*shape[:-1], count),
+            functools.partial(part, 1), snapshot.container,
+        ),
+    ]  # fmt: skip

@@ -96,8 +96,7 @@ def write_snapshots(
     from weightstore.io._atomic import write_atomic
     from weightstore.snapshot import stored_blocks
 
-    if any(s.group is not None for s in snapshots):
-        snapshots = groups_for_save(fmt, snapshots)
+    snapshots = groups_for_save(fmt, snapshots)
     entries = [
         TensorEntry(
             s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weightstore.base._cause import refuse_not_weights
 from weightstore.container._format import PROBE_SIZE, ContainerFormat
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError
-from weightstore.formats import FORMATS, what_it_is
+from weightstore.formats import FORMATS, detect_format_of_bytes, what_it_is
 from weightstore.io import is_url
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ __all__ = [
     "OpenReader",
     "Output",
     "file_path",
+    "format_of_bytes",
     "is_set_source",
+    "located",
     "open_store_reader",
     "refuse_foreign",
 ]
@@ -238,3 +240,19 @@ def is_set_source(path: str) -> bool:
     """Whether a local store path may be a set or DCP checkpoint (a directory or a JSON
     index), so a load may read only part of it; a URL's set is read whole."""
     return path.endswith(".json") or os.path.isdir(path)
+
+
+def located(
+    path: str, storage_options: Mapping[str, Any] | None
+) -> tuple[Location, ByteSource | None]:
+    """What is at `path` (`weightstore.locate`), and the open file it was probed through,
+    which the store's first reader takes over."""
+    from weightstore.locate import _locate
+
+    return _locate(path, storage_options, None, keep=True)
+
+
+def format_of_bytes(data: bytes | bytearray | memoryview) -> ContainerFormat:
+    """The format `data`'s first bytes name (`detect_format_of_bytes`)."""
+    view = memoryview(data).cast("B")
+    return detect_format_of_bytes(bytes(view[:PROBE_SIZE]), view.nbytes)
