@@ -433,6 +433,15 @@ LAZY_SIBLINGS: dict[tuple[str, str], str] = {
     ("weightstore.quantized._dequantize", "weightstore.quantized._ggml_iq"): (
         "IQ types only: their grid tables decode on first use"
     ),
+    **dict.fromkeys(
+        [
+            ("weightstore.quantized._view", "weightstore.quantized._hf_recognise"),
+            ("weightstore.quantized._view", "weightstore.quantized._hf_int"),
+            ("weightstore.quantized._view", "weightstore.quantized._hf_dequantize"),
+        ],
+        "files with quantized groups only: every store read builds a view, and the rules "
+        "and kernels (ml_dtypes among them) would cost a plain checkpoint's first load",
+    ),
     ("weightstore.bridge", "weightstore.bridge._sources"): "saves only: the adapter classes",
     **dict.fromkeys(
         [

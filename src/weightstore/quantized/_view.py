@@ -19,9 +19,6 @@ from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_name, from_numpy
 from weightstore.errors import DTypeError
 from weightstore.quantized._group import QuantizedGroup
-from weightstore.quantized._hf_dequantize import dequantize_group
-from weightstore.quantized._hf_int import IntPackGroup, resolve_int_pack
-from weightstore.quantized._hf_recognise import recognise
 
 __all__ = ["CANDIDATE_DTYPES", "QuantizedView", "stored_infos"]
 
@@ -99,6 +96,9 @@ class QuantizedView:
         header: dict[str, tuple[str, tuple[int, ...]]],
         config: Mapping[str, object] | None,
     ) -> dict[str, QuantizedGroup]:
+        from weightstore.quantized._hf_int import IntPackGroup, resolve_int_pack
+        from weightstore.quantized._hf_recognise import recognise
+
         native = {name: self._native(name, info) for name, info in header.items()}
         found = {name: group for name, group in native.items() if group is not None}
         rest = {name: info for name, info in header.items() if name not in found}
@@ -198,5 +198,7 @@ class QuantizedView:
         if group.layout in ("torch-affine", "burn"):
             values: np.ndarray[Any, Any] = reader.get_dequantized(name, output)
             return values
+        from weightstore.quantized._hf_dequantize import dequantize_group
+
         parts = {part: reader.get(part) for part in group.parts}
         return dequantize_group(group, parts, output.numpy)

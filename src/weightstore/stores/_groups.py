@@ -122,15 +122,25 @@ def source_snapshots(
     reader: TensorReader, path: str | None, dequantize: str | None
 ) -> list[TensorSnapshot]:
     """The store's snapshots of `reader`, in file order: quantized groups tagged part by part,
-    or, with `dequantize` (a dtype name), one decoding snapshot per group."""
+    or, with `dequantize` (a dtype name), one decoding snapshot per group. A file holding no
+    dtype a group's codes have costs one set lookup per tensor beyond its snapshots."""
+    from weightstore.quantized._view import CANDIDATE_DTYPES, QuantizedView
     from weightstore.snapshot import reader_snapshots
 
-    view = source_view(reader, path)
-    groups = [] if view is None else view.groups()
-    if view is None or not groups:
+    if getattr(reader, "stored_encoding", None) is not None:  # GGUF decodes its own
         return reader_snapshots(reader)
-    natives = frozenset(g.codes for g in groups if g.layout == "torch-affine")
-    by_name = {s.full_path: s for s in reader_snapshots(reader, skip=natives)}
+    is_quantized = getattr(reader, "is_quantized", None)  # torch's quantized tensors
+    natives: frozenset[str] = frozenset()
+    if is_quantized is not None:
+        natives = frozenset(n for n in reader.names_in_file_order() if is_quantized(n))
+    plain = reader_snapshots(reader, skip=natives)
+    if not natives and not any(s.dtype.name in CANDIDATE_DTYPES for s in plain):
+        return plain
+    infos = None if natives else {s.full_path: (s.dtype.name, s.shape) for s in plain}
+    view = QuantizedView(reader, quantization_config(path, reader), path=path, infos=infos)
+    if not view.groups():
+        return plain
+    by_name = {s.full_path: s for s in plain}
     snapshots: list[TensorSnapshot] = []
     for name in view.stored_names():
         group = view.group_of(name)
