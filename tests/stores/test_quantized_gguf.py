@@ -89,3 +89,23 @@ def test_a_layout_gguf_has_no_type_for_is_refused_then_dequantized(tmp_path: Pat
     with GgufReader.from_file(str(target)) as reader:
         assert reader.names() == ["fc.weight"]
         np.testing.assert_array_equal(reader.get("fc.weight"), expected)
+
+
+def test_a_gguf_store_read_dequantized_gives_values_and_saves_them(tmp_path: Path) -> None:
+    weights = RNG.standard_normal((4, 64)).astype(np.float32)
+    quantized = tmp_path / "q8.gguf"
+    GgufStore.from_file(str(quantized)).with_quantize("q8_0").collect_from({"a": {"w": weights}})
+    store = GgufStore.from_file(str(quantized))
+    values = store.get_tensor("a.w").to_numpy()
+    decoded = store.with_dequantize("bf16").get_tensor("a.w")
+    assert decoded.dtype.name == "BF16"
+    np.testing.assert_array_equal(decoded.to_numpy(), values.astype(ml_dtypes.bfloat16))
+
+    kept, plain = tmp_path / "kept.gguf", tmp_path / "plain.gguf"
+    GgufStore.from_file(str(kept)).collect_from(store)
+    GgufStore.from_file(str(plain)).collect_from(store.with_dequantize("f16"))
+    with GgufReader.from_file(str(kept)) as reader:
+        assert reader.descriptor("a.w").ggml.name == "Q8_0"  # blocks copied as they are
+    with GgufReader.from_file(str(plain)) as reader:
+        assert reader.descriptor("a.w").ggml.name == "F16"  # the values, as asked
+        np.testing.assert_array_equal(reader.get("a.w"), values.astype(np.float16))

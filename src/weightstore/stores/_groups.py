@@ -128,7 +128,8 @@ def source_snapshots(
     from weightstore.snapshot import reader_snapshots
 
     if getattr(reader, "stored_encoding", None) is not None:  # GGUF decodes its own
-        return reader_snapshots(reader)
+        decoded = reader_snapshots(reader)
+        return decoded if dequantize is None else [_values_only(s, dequantize) for s in decoded]
     is_quantized = getattr(reader, "is_quantized", None)  # torch's quantized tensors
     natives: frozenset[str] = frozenset()
     if is_quantized is not None:
@@ -152,6 +153,21 @@ def source_snapshots(
         else:
             snapshots.append(_tagged(view, group, name, by_name.get(name)))
     return snapshots
+
+
+def _values_only(snapshot: TensorSnapshot, dtype_name: str) -> TensorSnapshot:
+    """A GGUF tensor read dequantized: its values in `dtype_name`, no blocks to copy (a GGUF
+    save then writes the values, as the option asks)."""
+    from weightstore.dtypes import from_name
+    from weightstore.snapshot import StoredBlocks, stored_blocks
+
+    stored = stored_blocks(snapshot)
+    if stored is None:
+        return snapshot
+    dtype = from_name(dtype_name)
+    load = functools.partial(stored.read_as, dtype)
+    values = StoredBlocks(stored.encoding, None, stored.read_as, load)
+    return snapshot.replace(dtype=dtype, load=load, stored=values)
 
 
 def _decoding(view: QuantizedView, group: QuantizedGroup, dtype_name: str) -> TensorSnapshot:
