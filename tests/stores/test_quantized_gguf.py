@@ -59,7 +59,7 @@ def test_an_mxfp4_pair_becomes_one_ggml_mxfp4_tensor_and_back(tmp_path: Path) ->
 
 def test_gguf_py_reads_the_repacked_tensor(tmp_path: Path) -> None:
     gguf = need("gguf")
-    blocks, scales = _mxfp4_file(tmp_path / "m.safetensors")
+    _mxfp4_file(tmp_path / "m.safetensors")
     source = SafetensorsStore.from_file(str(tmp_path / "m.safetensors"))
     GgufStore.from_file(str(tmp_path / "m.gguf")).collect_from(source)
     (tensor,) = [t for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors if "down" in t.name]
