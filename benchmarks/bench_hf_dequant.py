@@ -1,6 +1,7 @@
 """SafeTensors quantized layouts: weightstore's FP8 block and MXFP4 kernels against the
 reference's own CPU path (transformers' ``Fp8Dequantize`` and ``convert_moe_packed_tensors``)
-on the same tensors, at several sizes, to float32 and bfloat16.
+on the same tensors, at several sizes, to float32 and bfloat16; and int4 pack-quantized against
+compressed-tensors' decompressor (``--layouts int4``).
 
     .venv/bin/python benchmarks/bench_hf_dequant.py               # 1, 4, 16 M elements
     .venv/bin/python benchmarks/bench_hf_dequant.py --quick       # 64 Ki, 256 Ki: seconds
@@ -104,6 +105,54 @@ def mxfp4_row(elements: int, output: str, repeat: int) -> dict[str, Any]:
     return _row("mxfp4", output, elements, ours.itemsize, calls, repeat)
 
 
+def int4_row(elements: int, output: str, repeat: int) -> dict[str, Any]:
+    """int4 pack-quantized, group 128, asymmetric: compressed-tensors' own decompressor (which
+    unpacks the words and dequantizes in the scale's dtype) against ours."""
+    import torch
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from compressed_tensors.quantization.utils.helpers import calculate_qparams
+
+    from weightstore.quantized._hf_int import dequantize_int_pack, resolve_int_pack, rule_int_pack
+
+    numpy_dtype, torch_name = OUTPUTS[output]
+    torch_dtype = getattr(torch, torch_name)
+    rows, group_size = elements // ROW_ELEMENTS, 128
+    torch.manual_seed(4)
+    weight = torch.randn(rows, ROW_ELEMENTS).to(torch_dtype)
+    args = QuantizationArgs(
+        num_bits=4, type="int", strategy="group", group_size=group_size, symmetric=False
+    )
+    blocks = weight.reshape(rows, ROW_ELEMENTS // group_size, group_size)
+    scale, zero = calculate_qparams(blocks.amin(-1), blocks.amax(-1), args)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    state = {"weight": weight, "weight_scale": scale.to(torch_dtype), "weight_zero_point": zero}
+    compressed = PackedQuantizationCompressor.compress(state, scheme)
+    parts = {
+        f"m.{name}": (
+            tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            if tensor.dtype == torch.bfloat16 else tensor.numpy()
+        )
+        for name, tensor in compressed.items()
+    }  # fmt: skip
+    infos = {
+        name: ({"int32": "I32", "int64": "I64", "float32": "F32", "bfloat16": "BF16"}[
+            array.dtype.name], tuple(array.shape))
+        for name, array in parts.items()
+    }  # fmt: skip
+    config = {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "config_groups": {"g": {"targets": ["Linear"], "weights": args.model_dump()}},
+    }  # fmt: skip
+    (group,) = rule_int_pack(infos, config)
+    group = resolve_int_pack(group, parts["m.weight_shape"], infos)
+    calls: dict[str, Callable[[], object]] = {
+        "ours": lambda: dequantize_int_pack(group, parts, numpy_dtype),
+        "reference": lambda: PackedQuantizationCompressor.decompress(compressed, scheme),
+    }
+    return _row("int4", output, elements, np.dtype(numpy_dtype).itemsize, calls, repeat)
+
+
 def _row(
     layout: str,
     output: str,
@@ -126,7 +175,7 @@ def _row(
     }
 
 
-MEASURES = {"fp8-block": fp8_row, "mxfp4": mxfp4_row}
+MEASURES = {"fp8-block": fp8_row, "mxfp4": mxfp4_row, "int4": int4_row}
 
 
 def main() -> None:

@@ -336,6 +336,30 @@ def _unpack(words: np.ndarray, bits: int, count: int) -> np.ndarray:
     return signed
 
 
+def _byte_table(bits: int) -> np.ndarray:
+    """Byte -> the float32 values of the codes it holds, offset removed, as one uint32 (8
+    bits) or uint64 (4 bits) word, so that one gather turns bytes into values."""
+    byte = np.arange(256, dtype=np.int32)
+    if bits == 8:
+        return (byte - 128).astype(np.float32).view(np.uint32)
+    pairs = np.stack([(byte & 0x0F) - 8, (byte >> 4) - 8], axis=1).astype(np.float32)
+    return np.ascontiguousarray(pairs).view(np.uint64).reshape(256)
+
+
+_BYTE_TABLES: Final = {bits: _byte_table(bits) for bits in (4, 8)}
+
+
+def _unpack_float(words: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Rows of packed int32 words as (rows, count) float32 codes, offset removed; 4- and
+    8-bit codes through a byte table (one gather, no integer temporaries)."""
+    table = _BYTE_TABLES.get(bits)
+    if table is None:
+        return _unpack(words, bits, count).astype(np.float32)
+    data = np.ascontiguousarray(words, dtype="<i4").view(np.uint8)
+    values = table[data].view(np.float32).reshape(data.shape[0], -1)
+    return values[:, :count] if values.shape[1] != count else values
+
+
 def _zero_points(
     group: IntPackGroup, zero: np.ndarray, rows_shape: tuple[int, ...], groups: int
 ) -> np.ndarray:
@@ -398,7 +422,7 @@ def dequantize_int_pack(
     codes = arrays[group.codes].reshape(rows, -1)
     out = np.empty((rows, cols), dtype=wanted)
     for chunk in row_chunks(rows, cols):
-        values = _unpack(codes[chunk], bits, cols).astype(np.float32)
+        values = _unpack_float(codes[chunk], bits, cols)
         if g_idx is not None:
             if zero is not None:
                 values -= zero[chunk][:, g_idx]
