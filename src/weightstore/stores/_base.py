@@ -711,6 +711,9 @@ class Store:
         reader, dropped = restriction
         with collector_paused():
             read = source_snapshots(reader, filename, dequantize)
+            if _may_be_grouped(read):  # a group's parts the filter left out: judge them all
+                self._fill_cache(source_snapshots(whole, filename, dequantize))
+                return None
             snapshots = list(self._remapped_by_name(read).values())
         verify_before_load(reader)
         return snapshots, dropped
@@ -765,6 +768,14 @@ def _typed_value(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_typed_value(item) for item in value)
     return hasattr(value, "type") and hasattr(value, "value")
+
+
+def _may_be_grouped(snapshots: Sequence[TensorSnapshot]) -> bool:
+    """Whether a restricted read holds a tensor that may be part of a quantized group (a
+    dtype codes have), whose companions the restriction may have left out."""
+    from weightstore.quantized._view import CANDIDATE_DTYPES
+
+    return any(s.dtype.name in CANDIDATE_DTYPES or s.group is not None for s in snapshots)
 
 
 def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
