@@ -1,0 +1,270 @@
+"""A box of a quantized group's logical tensor as the part ranges that hold it: `slice_group`.
+
+A tensor-parallel rank or a JAX device wants rows ``[a:b]`` (or columns) of a quantized tensor.
+Its codes and scales are stored as separate tensors, so the box becomes one index per part:
+FP8 codes rows ``[a:b]`` and scale rows ``[a // 128 : ceil(b / 128)]``; MXFP4 values
+``[..., a:b]`` are blocks ``[..., a // 32 : b // 32, :]`` and scales ``[..., a // 32 : b //
+32]``; NVFP4 packed bytes ``[a // 2 : b // 2]`` and scales ``[a // 16 : b // 16]``; a
+per-tensor scale (FP8's, NVFP4's second scale, ``input_scale``) is read whole.
+
+Two uses, two rules for a box whose edges cut a block:
+
+- parts loaded as they are (``enclose=False``): the parts' slices must be a group of the same
+  layout on their own, so the box's start is on a block boundary (FP8 also takes a box inside
+  one block, and a stop mid-block, as its partial edge blocks); otherwise `InvalidOptionError`
+  names the tensor, the dim and the block size.
+- values dequantized (``enclose=True``): the box grows to the blocks that enclose it; the
+  sub-group dequantizes that, and ``keep`` cuts the box out of it.
+
+Nothing here reads a tensor: `GroupSlice` says what to read and how the result is shaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from weightstore.base._record import ValueRecord
+from weightstore.errors import InvalidOptionError
+from weightstore.quantized._group import QuantizedGroup
+from weightstore.quantized._hf_shapes import MXFP4_BLOCK, fp8_scale_grid
+
+__all__ = ["SLICED_LAYOUTS", "GroupSlice", "logical_bounds", "slice_group"]
+
+Bounds = tuple[tuple[int, int], ...]
+"""(start, stop) along every dim of a shape."""
+PartIndex = tuple[slice, ...] | None
+"""The index of one stored part to read; None for the whole part."""
+
+NVFP4_BLOCK: Final = 16  # values per E4M3 scale, fixed by the format (`_hf_nvfp4`)
+
+
+class GroupSlice(ValueRecord):
+    """What to read of a group for one box of its values, and what the reading makes.
+
+    Attributes:
+        group: the group of the parts as read: the same names and layout, `logical_shape`
+            that of the read range (`dequantize_group` takes it with the sliced parts).
+        parts: stored name -> the index to read of it (None: all of it).
+        keep: the box within the read range's values (all of them unless enclosed).
+    """
+
+    group: QuantizedGroup
+    parts: Mapping[str, PartIndex]
+    keep: tuple[slice, ...]
+
+
+def slice_group(
+    group: QuantizedGroup,
+    shapes: Mapping[str, tuple[int, ...]],
+    bounds: Sequence[tuple[int, int]],
+    *,
+    enclose: bool,
+) -> GroupSlice:
+    """The part ranges holding box `bounds` (start, stop per logical dim) of `group`.
+
+    Args:
+        group: a recognised group of a layout in `SLICED_LAYOUTS`.
+        shapes: every part's stored shape (by stored name).
+        bounds: the box, one (start, stop) per dim of ``group.logical_shape``.
+        enclose: read the blocks enclosing the box (for a dequantization) rather than
+            refuse a box whose edges cut a block.
+
+    Raises:
+        InvalidOptionError: a layout that is not sliced, or (without `enclose`) a box edge
+            inside a block, naming the tensor, the dim and the block size.
+    """
+    layout = _LAYOUTS.get(group.layout)
+    if layout is None:
+        raise InvalidOptionError(
+            f"tensor {group.name!r} is a {group.layout} quantized tensor, which is not read "
+            f"in slices (sliced layouts: {', '.join(sorted(SLICED_LAYOUTS))}); leave it "
+            "out of the plan to read it whole",
+            option="plan",
+        )
+    shape = group.logical_shape
+    assert len(bounds) == len(shape), (bounds, shape)
+    blocks_of, keys_of, partial_edges = layout
+    read = tuple(
+        _read_range(group, dim, start, stop, size, block, enclose, partial_edges)
+        for dim, ((start, stop), size, block) in enumerate(
+            zip(bounds, shape, blocks_of(group), strict=True)
+        )
+    )
+    sub_shape = tuple(stop - start for start, stop in read)
+    sub = group.replace(logical_shape=sub_shape)
+    if group.layout == "fp8-channel" and sub_shape:  # its block is a whole row
+        sub = sub.replace(block=(1, max(1, sub_shape[-1])))
+    keep = tuple(
+        slice(start - first, stop - first)
+        for (start, stop), (first, _) in zip(bounds, read, strict=True)
+    )
+    return GroupSlice(sub, keys_of(group, shapes, read), keep)
+
+
+def logical_bounds(
+    group: QuantizedGroup, codes_shape: tuple[int, ...], dim: int, start: int, stop: int
+) -> Bounds:
+    """The logical box of codes ``[start:stop]`` along stored dim `dim` (every other dim
+    whole): the same for FP8; MXFP4's block dim G is 32 values a block; NVFP4's last dim
+    is two values a byte.
+
+    Raises:
+        InvalidOptionError: a split of MXFP4's 16 bytes per block, which cuts every block.
+    """
+    logical = group.logical_shape
+    whole = [(0, size) for size in logical]
+    if group.layout == "mxfp4" and dim >= len(codes_shape) - 2:
+        if dim == len(codes_shape) - 1:
+            raise InvalidOptionError(
+                f"tensor {group.codes!r}: its last dim holds the 16 bytes of each MXFP4 "
+                f"block of {MXFP4_BLOCK} values, so a split there cuts every block; split "
+                "the block dim (-2) instead",
+                option="plan",
+            )
+        whole[-1] = (start * MXFP4_BLOCK, stop * MXFP4_BLOCK)
+    elif group.layout == "nvfp4" and dim == len(codes_shape) - 1:
+        whole[-1] = (start * 2, stop * 2)
+    else:
+        whole[dim] = (start, stop)
+    return tuple(whole)
+
+
+def _read_range(
+    group: QuantizedGroup,
+    dim: int,
+    start: int,
+    stop: int,
+    size: int,
+    block: int,
+    enclose: bool,
+    partial_edges: bool,
+) -> tuple[int, int]:
+    """The range of dim `dim` to read for ``[start:stop]`` in blocks of `block`."""
+    if start >= stop or block == 1:
+        return start, stop
+    if enclose:
+        return start - start % block, min(size, -(-stop // block) * block)
+    if partial_edges:  # FP8: a partial block is a block; only the start must be on an edge
+        if start % block == 0 or start // block == (stop - 1) // block:
+            return start, stop
+    elif start % block == 0 and (stop % block == 0 or stop == size):
+        return start, stop
+    raise InvalidOptionError(
+        f"tensor {group.name!r} ({group.layout}, blocks of {_block_text(group.block)}): "
+        f"the slice [{start}:{stop}] of dim {dim} (size {size:,}) cuts its blocks of "
+        f"{block}; split where every rank's share is whole blocks of {block}, or read it "
+        "with with_dequantize",
+        option="plan",
+    )
+
+
+def _block_text(block: tuple[int, ...]) -> str:
+    return "one scale" if not block else "x".join(str(size) for size in block)
+
+
+# -- the layouts -------------------------------------------------------------------------------
+
+
+def _ones(group: QuantizedGroup) -> tuple[int, ...]:
+    return (1,) * len(group.logical_shape)
+
+
+def _fp8_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    ndim = len(group.logical_shape)
+    if not group.block:
+        return (1,) * ndim
+    return ((1,) * max(0, ndim - 2) + group.block)[-ndim:] if ndim else ()
+
+
+def _fp8_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    """Codes as the box; the block scale by its blocks (a per-row ``[rows]`` spelling by
+    rows); one scale, and ``input_scale``, whole."""
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = _as_index(read)
+    scale = group.companions.get("scale")
+    if scale is None or not group.block:
+        return keys
+    matrix = ((0, 1),) * max(0, 2 - len(read)) + read
+    blocks = (1,) * (len(matrix) - 2) + group.block
+    grid = tuple(
+        (start // block, -(-stop // block)) if start < stop else (-(-start // block),) * 2
+        for (start, stop), block in zip(matrix, blocks, strict=True)
+    )
+    if shapes[scale] == fp8_scale_grid(group.logical_shape, group.block):
+        keys[scale] = _as_index(grid)
+    else:  # per row, ``[rows]``: one scale a row
+        keys[scale] = _as_index(grid[-2:-1])
+    return keys
+
+
+def _channel_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    """One scale a row (``[..., rows, 1]`` or ``[rows]``): the scale rows of the code rows,
+    whatever the columns."""
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = _as_index(read)
+    scale = group.companions.get("scale")
+    if scale is not None and len(read) >= 1:
+        rows = _as_index(read[:-1]) if len(shapes[scale]) == len(read) else _as_index(read[-2:-1])
+        keys[scale] = (*rows, slice(None)) if len(shapes[scale]) == len(read) else rows
+    return keys
+
+
+def _mxfp4_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    return (*(1,) * (len(group.logical_shape) - 1), MXFP4_BLOCK)
+
+
+def _mxfp4_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    *leading, (start, stop) = read
+    blocks = (*leading, (start // MXFP4_BLOCK, stop // MXFP4_BLOCK))
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = (*_as_index(blocks), slice(None))
+    keys[group.companions["scale"]] = _as_index(blocks)
+    return keys
+
+
+def _nvfp4_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    return (*(1,) * (len(group.logical_shape) - 1), NVFP4_BLOCK)
+
+
+def _nvfp4_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    """Packed bytes two values each, E4M3 scales one per 16; the second scales whole."""
+    *leading, (start, stop) = read
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = _as_index((*leading, (start // 2, stop // 2)))
+    keys[group.companions["scale"]] = _as_index(
+        (*leading, (start // NVFP4_BLOCK, stop // NVFP4_BLOCK))
+    )
+    return keys
+
+
+def _as_index(bounds: Sequence[tuple[int, int]]) -> tuple[slice, ...]:
+    return tuple(slice(start, stop) for start, stop in bounds)
+
+
+_Layout = tuple[
+    Callable[[QuantizedGroup], tuple[int, ...]],
+    Callable[[QuantizedGroup, Mapping[str, tuple[int, ...]], Bounds], dict[str, PartIndex]],
+    bool,
+]
+
+_LAYOUTS: Final[Mapping[str, _Layout]] = {
+    "fp8-block": (_fp8_blocks, _fp8_keys, True),
+    "fp8-channel": (_ones, _channel_keys, True),
+    "fp8-tensor": (_fp8_blocks, _fp8_keys, True),
+    "mxfp4": (_mxfp4_blocks, _mxfp4_keys, False),
+    "nvfp4": (_nvfp4_blocks, _nvfp4_keys, False),
+}
+"""Layout -> (elements per scale along each logical dim, the part indices of a read range,
+whether a partial block is a block of the layout)."""
+
+SLICED_LAYOUTS: Final = frozenset(_LAYOUTS)
+"""Layouts `slice_group` reads in slices; the others (int-pack, torch's, Burn's) load whole."""
