@@ -22,10 +22,12 @@ from weightstore.errors import SnapshotLoadError, WeightstoreError
 from weightstore.quantized._group import QuantizedGroup
 
 __all__ = [
+    "DecodedLoad",
     "GroupPart",
     "ReaderLoad",
     "StoredBlocks",
     "TensorSnapshot",
+    "load_part_reader",
     "part_reader",
     "reader_snapshots",
     "stored_blocks",
@@ -47,13 +49,33 @@ class ReaderLoad(functools.partial):  # type: ignore[type-arg]
         return np.asarray(reader.get_slice(self.args[0])[index])
 
 
+class DecodedLoad(functools.partial):  # type: ignore[type-arg]
+    """A snapshot's load that is ``view.dequantized(name, dtype)`` (a quantized group read
+    with ``with_dequantize``), which can also decode a part alone (`part_reader`): only the
+    codes and scales of the blocks enclosing the part are read."""
+
+    __slots__ = ()
+
+    def read_part(self, index: Any) -> np.ndarray[Any, Any]:
+        """``view.dequantized_part(name, index, dtype)``."""
+        view = getattr(self.func, "__self__")  # noqa: B009 (a bound method)
+        name, dtype = self.args
+        part: np.ndarray[Any, Any] = view.dequantized_part(name, index, dtype)
+        return part
+
+
 def part_reader(snapshot: TensorSnapshot) -> Callable[[Any], np.ndarray[Any, Any]] | None:
     """How to read a part (``[a:b, :]``) of `snapshot`'s tensor without reading the rest: the
-    reader's slice when the snapshot comes straight from a container reader; None when its
-    load is anything else (an adapter's cast or transpose, an array in memory), which only
-    gives the whole tensor."""
-    load = snapshot.load
-    return load.read_part if type(load) is ReaderLoad else None
+    reader's slice when the snapshot comes straight from a container reader, the enclosing
+    blocks' decoding for a quantized group read dequantized; None when its load is anything
+    else (an adapter's cast or transpose, an array in memory), which only gives the whole
+    tensor."""
+    return load_part_reader(snapshot.load)
+
+
+def load_part_reader(load: Any) -> Callable[[Any], np.ndarray[Any, Any]] | None:
+    """`part_reader` of a snapshot whose load is `load`."""
+    return load.read_part if type(load) is ReaderLoad or type(load) is DecodedLoad else None
 
 
 class StoredBlocks(ValueRecord):

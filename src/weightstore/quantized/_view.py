@@ -181,6 +181,50 @@ class QuantizedView:
             QuantizedLayoutError, DescriptorError: parts that disagree, found before the
                 output is allocated.
         """
+        group, output = self._decoded(name, dtype)
+        reader: Any = self._reader
+        if group.layout in ("torch-affine", "burn"):
+            values: np.ndarray[Any, Any] = reader.get_dequantized(name, output)
+            return values
+        from weightstore.quantized._hf_dequantize import dequantize_group
+
+        parts = {part: reader.get(part) for part in group.parts}
+        return dequantize_group(group, parts, output.numpy)
+
+    def dequantized_part(
+        self, name: str, index: Any, dtype: DType | str = "F32"
+    ) -> np.ndarray[Any, Any]:
+        """``dequantized(name, dtype)[index]``, reading only the codes and scales of the
+        blocks that enclose a box of slices (`slice_group`), so that a rank or a device
+        holding a slice reads about its share. Any other index, or a layout not read in
+        slices, dequantizes the whole tensor and cuts the part out of it.
+
+        Raises:
+            As `dequantized`.
+        """
+        from weightstore.quantized._hf_dequantize import dequantize_group
+        from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
+
+        group, output = self._decoded(name, dtype)
+        box = _box(index, group.logical_shape)
+        if box is None or group.layout not in SLICED_LAYOUTS:
+            return np.ascontiguousarray(self.dequantized(name, output)[index])
+        if any(start == stop for start, stop in box):
+            return np.empty(tuple(stop - start for start, stop in box), output.numpy)
+        reader = self._reader
+        shapes = {part: tuple(reader.descriptor(part).shape) for part in group.parts}
+        cut = slice_group(group, shapes, box, enclose=True)
+        parts = {
+            part: reader.get(part) if key is None else np.asarray(reader.get_slice(part)[key])
+            for part, key in cut.parts.items()
+        }
+        values = dequantize_group(cut.group, parts, output.numpy)
+        if values.shape == tuple(s.stop - s.start for s in cut.keep):
+            return values
+        return np.ascontiguousarray(values[cut.keep])
+
+    def _decoded(self, name: str, dtype: DType | str) -> tuple[QuantizedGroup, DType]:
+        """Group `name` and the output dtype, checked (the errors of `dequantized`)."""
         output = from_name(dtype) if isinstance(dtype, str) else dtype
         if output.name not in OUTPUT_DTYPES or output.numpy is None:
             raise DTypeError(
@@ -194,11 +238,20 @@ class QuantizedView:
             raise DTypeError(
                 "is no quantized tensor: read it with get", path=self._path, tensor=name
             )
-        reader: Any = self._reader
-        if group.layout in ("torch-affine", "burn"):
-            values: np.ndarray[Any, Any] = reader.get_dequantized(name, output)
-            return values
-        from weightstore.quantized._hf_dequantize import dequantize_group
+        return group, output
 
-        parts = {part: reader.get(part) for part in group.parts}
-        return dequantize_group(group, parts, output.numpy)
+
+def _box(index: Any, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+    """`index` as (start, stop) per dim of `shape` when it is slices of step 1 (fewer than
+    the dims: the rest whole); None for anything else (ints, steps, arrays)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if len(parts) > len(shape) or not all(isinstance(part, slice) for part in parts):
+        return None
+    box = []
+    padded = (*parts, *(slice(None),) * (len(shape) - len(parts)))
+    for part, size in zip(padded, shape, strict=True):
+        start, stop, step = part.indices(size)
+        if step != 1:
+            return None
+        box.append((start, max(start, stop)))
+    return tuple(box)

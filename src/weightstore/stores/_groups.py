@@ -174,10 +174,10 @@ def _decoding(view: QuantizedView, group: QuantizedGroup, dtype_name: str) -> Te
     """Group `group` as one snapshot of its values in `dtype_name`; a load into a 16-bit
     float parameter decodes straight to that parameter's dtype (`StoredBlocks.read_as`)."""
     from weightstore.dtypes import from_name
-    from weightstore.snapshot import StoredBlocks, TensorSnapshot
+    from weightstore.snapshot import DecodedLoad, StoredBlocks, TensorSnapshot
 
     dtype = from_name(dtype_name)
-    load = functools.partial(view.dequantized, group.name, dtype)
+    load = DecodedLoad(view.dequantized, group.name, dtype)  # a part decodes alone
     stored = StoredBlocks(group.layout, None, functools.partial(view.dequantized, group.name), load)
     return TensorSnapshot(
         tuple(group.name.split(".")), dtype, group.logical_shape, load, (), None, stored
