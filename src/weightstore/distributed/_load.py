@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from weightstore.bridge import is_torch_module
+from weightstore.distributed._parts import group_part_keys
 from weightstore.distributed._plan import (
     PlanInput,
     ShardPlan,
@@ -28,7 +29,7 @@ from weightstore.distributed._plan import (
     validate_rank,
 )
 from weightstore.errors import InvalidOptionError
-from weightstore.snapshot import ReaderLoad, TensorSnapshot
+from weightstore.snapshot import TensorSnapshot, load_part_reader
 
 if TYPE_CHECKING:
     import numpy as np
@@ -91,8 +92,14 @@ def sliced_snapshots(
 ) -> list[TensorSnapshot]:
     """`snapshots` with each one `dims` names cut to rank `rank`'s chunk of that dim (dims
     normalized); the others as they are. Nothing is read."""
+    snapshots = list(snapshots)
+    parts = group_part_keys(snapshots, dims, rank, world_size)
     return [
-        _sliced(s, dims[s.full_path], rank, world_size) if s.full_path in dims else s
+        _sliced_part(s, parts[s.full_path])
+        if s.full_path in parts
+        else _sliced(s, dims[s.full_path], rank, world_size)
+        if s.full_path in dims
+        else s
         for s in snapshots
     ]
 
@@ -175,12 +182,30 @@ def _sliced(snapshot: TensorSnapshot, dim: int, rank: int, world_size: int) -> T
     )  # fmt: skip
 
 
+def _sliced_part(snapshot: TensorSnapshot, key: tuple[slice, ...] | None) -> TensorSnapshot:
+    """Part `key` of a quantized group's stored part (`_parts`), still tagged with its group."""
+    if key is None:
+        return snapshot
+    shape = tuple(
+        len(range(*part.indices(size)))
+        for part, size in zip(
+            (*key, *(slice(None),) * len(snapshot.shape)), snapshot.shape, strict=False
+        )
+    )
+    return TensorSnapshot(
+        snapshot.path, snapshot.dtype, shape, _slice_load(snapshot.load, key),
+        snapshot.container, snapshot.param_id, None, snapshot.group,
+    )  # fmt: skip
+
+
 def _slice_load(load: Callable[[], Any], key: tuple[slice, ...]) -> Callable[[], Any]:
     """A load of `key` of what `load` loads: through the reader's ``get_slice`` when `load`
-    is a store's (`snapshot.ReaderLoad`), reading only the slice; else the whole tensor,
-    sliced in memory."""
-    if type(load) is ReaderLoad:
-        return functools.partial(load.read_part, key)
+    is a store's (`snapshot.ReaderLoad`), reading only the slice, or a quantized group's
+    decoding (`snapshot.DecodedLoad`), reading only the enclosing blocks; else the whole
+    tensor, sliced in memory."""
+    read_part = load_part_reader(load)
+    if read_part is not None:
+        return functools.partial(read_part, key)
     return functools.partial(_slice_of_whole, load, key)
 
 
