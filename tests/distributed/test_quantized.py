@@ -147,7 +147,13 @@ def _local(shape: tuple[int, ...], dim: int, rank: int, world_size: int) -> tupl
 
 
 def _gloo_rank(rank: int, world_size: int, run: str) -> None:
-    read = q.check_rank(Path(run) / "q.safetensors", rank, world_size, grouped=True)
+    path = Path(run) / "q.safetensors"
+    read = q.check_rank(path, rank, world_size, grouped=True)
+    model = torch.nn.ModuleDict({"fc": _Fp8Linear(q.ROWS // 2, q.COLUMNS)})  # a torch model too
+    store = SafetensorsStore.from_file(path).with_regex(r"^fc\.weight")
+    assert load(store, model, {r"^fc\.weight$": 0}).is_success()  # place: the process group
+    scale = torch.from_numpy(q.stored(path)["fc.weight_scale_inv"])
+    assert torch.equal(model.fc.weight_scale_inv, scale[rank * 2 : rank * 2 + 2])
     (Path(run) / f"q-{rank}.json").write_text(json.dumps(read))
 
 
@@ -158,3 +164,37 @@ def test_two_gloo_ranks_load_quantized_slices(tmp_path: Path) -> None:
     for rank in (0, 1):
         read = json.loads((tmp_path / f"q-{rank}.json").read_text())
         assert read == q.share_read(path, rank, 2), rank
+
+
+class _Fp8Linear(torch.nn.Module):
+    """A linear layer holding FP8 codes and their block scales, as FP8 inference kernels
+    take them (a rank's rows or columns of each)."""
+
+    def __init__(self, rows: int, columns: int) -> None:
+        super().__init__()
+        codes = torch.zeros(rows, columns, dtype=torch.float8_e4m3fn)
+        scale = torch.zeros(-(-rows // 128), -(-columns // 128))
+        self.weight = torch.nn.Parameter(codes, requires_grad=False)
+        self.weight_scale_inv = torch.nn.Parameter(scale, requires_grad=False)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_torch_model_of_fp8_parameters_loads_its_rows_or_columns(
+    checkpoint: Path, dim: int
+) -> None:
+    parts = q.stored(checkpoint)
+    codes = torch.from_numpy(parts["fc.weight"].view(np.uint8)).view(torch.float8_e4m3fn)
+    scale = torch.from_numpy(parts["fc.weight_scale_inv"])
+    world_size = 2 if dim == 0 else 3  # 256 rows a rank, or 128 columns
+    for rank in range(world_size):
+        shape = [q.ROWS, q.COLUMNS]
+        shape[dim] //= world_size
+        model = torch.nn.ModuleDict({"fc": _Fp8Linear(*shape)})
+        store = SafetensorsStore.from_file(checkpoint).with_regex(r"^fc\.weight")
+        result = load(store, model, {r"^fc\.weight$": dim}, rank=rank, world_size=world_size)
+        assert result.applied == ["fc.weight", "fc.weight_scale_inv"]
+        want_codes = torch.chunk(codes, world_size, dim)[rank]
+        want_scale = torch.chunk(scale, world_size, dim)[rank]
+        assert torch.equal(model.fc.weight.view(torch.uint8), want_codes.view(torch.uint8))
+        assert model.fc.weight.dtype == torch.float8_e4m3fn
+        assert torch.equal(model.fc.weight_scale_inv, want_scale)

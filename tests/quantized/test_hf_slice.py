@@ -19,12 +19,11 @@ F8 = ml_dtypes.float8_e4m3fn
 RNG = np.random.default_rng(0)
 
 
-def _fp8(shape: tuple[int, ...], block: tuple[int, ...], scale_shape: tuple[int, ...]) -> Any:
+def _fp8(
+    shape: tuple[int, ...], block: tuple[int, ...], scale_shape: tuple[int, ...], layout: str
+) -> Any:
     codes = RNG.standard_normal(shape).astype(F8)
     scale = RNG.uniform(0.5, 2, scale_shape).astype(np.float32)
-    layout = {(): "fp8-tensor"}.get(
-        block, "fp8-channel" if block == (1, shape[-1]) else "fp8-block"
-    )
     group = QuantizedGroup(
         name="w", layout=layout, codes="w", companions={"scale": "w_scale", "input_scale": "in"},
         logical_shape=shape, block=block, rule="test",
@@ -55,11 +54,14 @@ def _nvfp4() -> Any:
 
 
 GROUPS = {
-    "fp8-block 3d": _fp8((2, 37, 21), (8, 4), (2, 5, 6)),
-    "fp8-block 1d": _fp8((21,), (8, 4), (1, 6)),
-    "fp8-channel": _fp8((9, 12), (1, 12), (9, 1)),
-    "fp8-channel rows": _fp8((9, 12), (1, 12), (9,)),
-    "fp8-tensor": _fp8((9, 12), (), ()),
+    "fp8-block 3d": _fp8((2, 37, 21), (8, 4), (2, 5, 6), "fp8-block"),
+    "fp8-block 1d": _fp8((21,), (8, 4), (1, 6), "fp8-block"),
+    "fp8-block wide": _fp8((20, 6), (8, 128), (3, 1), "fp8-block"),  # one block column
+    "fp8-channel": _fp8((9, 12), (1, 12), (9, 1), "fp8-channel"),
+    "fp8-channel rows": _fp8((9, 12), (1, 12), (9,), "fp8-channel"),
+    "fp8-tensor": _fp8((9, 12), (), (), "fp8-tensor"),
+    "fp8-tensor [1]": _fp8((9, 12), (), (1,), "fp8-tensor"),
+    "fp8-tensor grid": _fp8((9, 12), (9, 12), (1, 1), "fp8-tensor"),
     "mxfp4": _mxfp4(),
     "nvfp4": _nvfp4(),
 }
@@ -127,6 +129,15 @@ def test_fp8_scale_rows_follow_code_rows_and_a_cut_is_refused() -> None:
     }
     with pytest.raises(InvalidOptionError, match=r"the slice \[12:37\] of dim 1 \(size 37\)"):
         slice_group(group, shapes, ((0, 2), (12, 37), (0, 21)), enclose=False)
+
+
+def test_a_per_row_scale_takes_any_columns_without_reading_more() -> None:
+    group, parts = GROUPS["fp8-channel rows"]
+    shapes = {n: p.shape for n, p in parts.items()}
+    cut = slice_group(group, shapes, ((2, 5), (3, 7)), enclose=True)
+    assert cut.parts == {"w": (slice(2, 5), slice(3, 7)), "w_scale": (slice(2, 5),), "in": None}
+    assert (cut.group.logical_shape, cut.group.block) == ((3, 4), (1, 4))
+    assert cut.keep == (slice(0, 3), slice(0, 4))
 
 
 def test_mxfp4_block_dim_bounds_are_32_values_a_block() -> None:

@@ -21,6 +21,7 @@ Nothing here reads a tensor: `GroupSlice` says what to read and how the result i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -93,8 +94,8 @@ def slice_group(
     )
     sub_shape = tuple(stop - start for start, stop in read)
     sub = group.replace(logical_shape=sub_shape)
-    if group.layout == "fp8-channel" and sub_shape:  # its block is a whole row
-        sub = sub.replace(block=(1, max(1, sub_shape[-1])))
+    if group.layout.startswith("fp8-"):
+        sub = sub.replace(block=_fp8_sub_block(group, sub_shape))
     keep = tuple(
         slice(start - first, stop - first)
         for (start, stop), (first, _) in zip(bounds, read, strict=True)
@@ -166,15 +167,27 @@ def _block_text(block: tuple[int, ...]) -> str:
 # -- the layouts -------------------------------------------------------------------------------
 
 
-def _ones(group: QuantizedGroup) -> tuple[int, ...]:
-    return (1,) * len(group.logical_shape)
-
-
 def _fp8_blocks(group: QuantizedGroup) -> tuple[int, ...]:
-    ndim = len(group.logical_shape)
+    """Codes per scale along each dim; 1 where one scale spans the dim (a per-row scale's
+    columns), since any slice of it takes that one scale."""
+    shape = group.logical_shape
+    if not group.block or not shape:
+        return (1,) * len(shape)
+    blocks = ((1,) * max(0, len(shape) - 2) + group.block)[-len(shape) :]
+    return tuple(1 if block >= size else block for block, size in zip(blocks, shape, strict=True))
+
+
+def _fp8_sub_block(group: QuantizedGroup, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The block of a sub-group of `shape`: a block that spans a dim still spans it (a
+    per-row scale is ``(1, columns)`` of the columns read)."""
     if not group.block:
-        return (1,) * ndim
-    return ((1,) * max(0, ndim - 2) + group.block)[-ndim:] if ndim else ()
+        return group.block
+    matrix = (1,) * max(0, 2 - len(group.logical_shape)) + group.logical_shape
+    sub = (1,) * max(0, 2 - len(shape)) + shape
+    return tuple(
+        max(1, part) if block >= size else block
+        for block, size, part in zip(group.block, matrix[-2:], sub[-2:], strict=True)
+    )
 
 
 def _fp8_keys(
@@ -185,8 +198,8 @@ def _fp8_keys(
     keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
     keys[group.codes] = _as_index(read)
     scale = group.companions.get("scale")
-    if scale is None or not group.block:
-        return keys
+    if scale is None or not group.block or math.prod(shapes[scale]) == 1:
+        return keys  # one scale for the tensor
     matrix = ((0, 1),) * max(0, 2 - len(read)) + read
     blocks = (1,) * (len(matrix) - 2) + group.block
     grid = tuple(
@@ -197,20 +210,6 @@ def _fp8_keys(
         keys[scale] = _as_index(grid)
     else:  # per row, ``[rows]``: one scale a row
         keys[scale] = _as_index(grid[-2:-1])
-    return keys
-
-
-def _channel_keys(
-    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
-) -> dict[str, PartIndex]:
-    """One scale a row (``[..., rows, 1]`` or ``[rows]``): the scale rows of the code rows,
-    whatever the columns."""
-    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
-    keys[group.codes] = _as_index(read)
-    scale = group.companions.get("scale")
-    if scale is not None and len(read) >= 1:
-        rows = _as_index(read[:-1]) if len(shapes[scale]) == len(read) else _as_index(read[-2:-1])
-        keys[scale] = (*rows, slice(None)) if len(shapes[scale]) == len(read) else rows
     return keys
 
 
@@ -258,7 +257,7 @@ _Layout = tuple[
 
 _LAYOUTS: Final[Mapping[str, _Layout]] = {
     "fp8-block": (_fp8_blocks, _fp8_keys, True),
-    "fp8-channel": (_ones, _channel_keys, True),
+    "fp8-channel": (_fp8_blocks, _fp8_keys, True),
     "fp8-tensor": (_fp8_blocks, _fp8_keys, True),
     "mxfp4": (_mxfp4_blocks, _mxfp4_keys, False),
     "nvfp4": (_nvfp4_blocks, _nvfp4_keys, False),
