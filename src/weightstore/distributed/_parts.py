@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.distributed._plan import chunk_bounds
 from weightstore.errors import InvalidOptionError
+from weightstore.quantized._hf_slice import logical_bounds, slice_group
 
 if TYPE_CHECKING:
     from weightstore.quantized._hf_slice import PartIndex
@@ -34,8 +35,6 @@ def group_part_keys(
         InvalidOptionError: a companion split without its codes or on another dim; a split
             that cuts the layout's blocks; a layout not read in slices.
     """
-    from weightstore.quantized._hf_slice import logical_bounds, slice_group
-
     by_group: dict[int, dict[str, TensorSnapshot]] = {}
     for snapshot in snapshots:
         if snapshot.group is not None:

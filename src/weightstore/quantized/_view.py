@@ -19,6 +19,7 @@ from weightstore.container._format import TensorReader
 from weightstore.dtypes import DType, from_name, from_numpy
 from weightstore.errors import DTypeError
 from weightstore.quantized._group import QuantizedGroup
+from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
 
 __all__ = ["CANDIDATE_DTYPES", "QuantizedView", "stored_infos"]
 
@@ -203,7 +204,6 @@ class QuantizedView:
             As `dequantized`.
         """
         from weightstore.quantized._hf_dequantize import dequantize_group
-        from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
 
         group, output = self._decoded(name, dtype)
         box = _box(index, group.logical_shape)
