@@ -80,8 +80,11 @@ def test_a_split_that_cuts_blocks_is_refused_naming_tensor_and_block(tmp_path: P
 
 def test_splitting_a_scale_alone_or_an_mxfp4_block_is_refused(checkpoint: Path) -> None:
     store = SafetensorsStore.from_file(checkpoint)
-    with pytest.raises(InvalidOptionError, match=r"splits 'fc.weight_scale_inv' \(scale of a "
-                       r"quantized tensor\) on dim 0, but 'fc.weight' are not split"):  # fmt: skip
+    companion_alone = (
+        r"splits 'fc.weight_scale_inv' \(scale of a quantized tensor\) on dim 0, but the "
+        r"codes \('fc.weight'\) are not split"
+    )
+    with pytest.raises(InvalidOptionError, match=companion_alone):
         load(store, q.parts_model(0, 2), {r"_scale_inv$": 0}, rank=0, world_size=2)
     with pytest.raises(InvalidOptionError, match="16 bytes of each MXFP4 block"):
         load(store, q.parts_model(0, 2), {r"_blocks$": -1}, rank=0, world_size=2)

@@ -12,13 +12,14 @@ whose edges cut a block, since the parts of a cut block are no group of the layo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from weightstore.distributed._plan import chunk_bounds
 from weightstore.errors import InvalidOptionError
 from weightstore.quantized._hf_slice import logical_bounds, slice_group
 
 if TYPE_CHECKING:
+    from weightstore.quantized import QuantizedGroup
     from weightstore.quantized._hf_slice import PartIndex
     from weightstore.snapshot import TensorSnapshot
 
@@ -56,21 +57,22 @@ def group_part_keys(
     return keys
 
 
-def _stored(group: Any, role: str) -> str:
+def _stored(group: QuantizedGroup, role: str) -> str:
     """The stored name of `group`'s part `role` (as the file names it)."""
     name: str = group.codes if role == "codes" else group.companions[role]
     return name
 
 
 def _check_companions(
-    roles: Mapping[str, TensorSnapshot], dims: Mapping[str, int], dim: Any
+    roles: Mapping[str, TensorSnapshot], dims: Mapping[str, int], dim: int | None
 ) -> None:
+    """Refuse a plan that splits a companion other than as its codes (`dim`) are split."""
     for role, snapshot in roles.items():
         planned = dims.get(snapshot.full_path)
         if role == "codes" or planned is None or planned == dim:
             continue
         codes = roles.get("codes")
-        codes_name = "its codes" if codes is None else repr(codes.full_path)
+        codes_name = "the codes" if codes is None else f"the codes ({codes.full_path!r})"
         split = "are not split" if dim is None else f"are split on dim {dim}"
         raise InvalidOptionError(
             f"the plan splits {snapshot.full_path!r} ({role} of a quantized tensor) on dim "
