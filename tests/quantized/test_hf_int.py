@@ -1,7 +1,7 @@
 """compressed-tensors pack-quantized groups: recognised by config and by names, the bit width
 settled from ``weight_shape``, dequantized bit for bit as compressed-tensors 0.20.1
-decompresses what its own compressor wrote, and refused with a typed error, naming the group and
-both tensors, when parts disagree."""
+decompresses what its own compressor wrote, and refused with a `QuantizedLayoutError` naming the
+group and both tensors, before anything the sizes imply is allocated, when parts disagree."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from weightstore.errors import DescriptorError, DTypeError
+from tests.quantized._refusals import refused
+from weightstore.errors import DTypeError
 from weightstore.quantized import _hf_pack
 from weightstore.quantized._hf_int import (
     IntPackGroup,
@@ -233,16 +234,20 @@ def test_g_idx_out_of_range_is_refused() -> None:
     parts, _ = hand_parts()
     parts["m.weight_g_idx"] = np.full(64, 2, np.int32)  # two groups: 0 and 1
     [group] = rule_int_pack(infos_of(parts), config(4, "group", 32, False))
-    with pytest.raises(
-        DescriptorError, match=r"m\.weight_g_idx and m\.weight_scale.*g_idx\[0\] = 2"
-    ):
-        dequantize_int_pack(group, parts)
-    parts["m.weight_g_idx"] = np.full(64, -1, np.int32)
-    with pytest.raises(DescriptorError, match=r"g_idx\[0\] = -1"):
-        dequantize_int_pack(group, parts)
-    parts["m.weight_g_idx"] = np.zeros(63, np.int32)
-    with pytest.raises(DescriptorError, match=r"g_idx shape \[63\]"):
-        dequantize_int_pack(group, parts)
+    for bad, message in [
+        (np.full(64, 2, np.int32), r"g_idx\[0\] = 2 names no group of the 2 in 'm\.weight_scale'"),
+        (np.r_[np.zeros(63, np.int32), np.int32(2**31 - 1)], r"g_idx\[63\] = 2147483647"),
+        (np.full(64, -1, np.int32), r"g_idx\[0\] = -1"),
+        (np.zeros(63, np.int32), r"g_idx shape \[63\], weight_shape needs \[64\]"),
+    ]:
+        parts["m.weight_g_idx"] = bad
+        refused(
+            lambda: dequantize_int_pack(group, parts),
+            group="m.weight",
+            codes="m.weight_packed",
+            companion="m.weight_g_idx",
+            match=message,
+        )
 
 
 # --- recognition and resolution -------------------------------------------------------------
@@ -280,8 +285,13 @@ def test_names_only_ambiguous_width_is_refused() -> None:
     }
     infos = infos_of(parts)
     [group] = rule_int_pack(infos, None)
-    with pytest.raises(DescriptorError, match=r"hold 16 codes of 3 or 4 bits \(ambiguous\)"):
-        resolve_int_pack(group, parts["m.weight_shape"], infos)
+    refused(
+        lambda: resolve_int_pack(group, parts["m.weight_shape"], infos),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=r"hold 16 codes of 3 or 4 bits \(ambiguous\)",
+    )
     [configured] = rule_int_pack(infos, config(4, "channel", None, True))
     assert resolve_int_pack(configured, parts["m.weight_shape"], infos).logical_shape == (4, 16)
 
@@ -290,10 +300,13 @@ def test_dequantize_refuses_an_unresolved_shape() -> None:
     parts, _ = hand_parts(bits=8, asymmetric=False)
     infos = infos_of(parts)
     [group] = rule_int_pack(infos, None)  # assumes 4 bits: 128 columns
-    with pytest.raises(
-        DescriptorError, match=r"weight_shape is \[8, 64\], the group says \[8, 128\]"
-    ):
-        dequantize_int_pack(group, parts)
+    refused(
+        lambda: dequantize_int_pack(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=r"weight_shape is \[8, 64\], the group says \[8, 128\]",
+    )
     resolved = resolve_int_pack(group, parts["m.weight_shape"], infos)
     assert resolved.num_bits == 8 and dequantize_int_pack(resolved, parts).shape == (8, 64)
 
@@ -302,80 +315,171 @@ def test_dequantize_refuses_an_unresolved_shape() -> None:
     ("shape", "message"),
     [
         ([9, 64], r"codes \[8, 8\] cannot hold a \[9, 64\] tensor"),
-        ([8, 64, 1], r"codes \[8, 8\] cannot hold"),
+        ([8, 64, 1], r"weight_shape is int64 \[3\], the codes need 2 integers"),
         ([8, 72], r"8 words per row hold 72 codes of no bits \(mismatch\)"),
         ([8, 0], r"weight_shape \[8, 0\] has a dim below 1"),
         ([8, -64], r"has a dim below 1"),
+        ([8, 1 << 40], r"8 words per row hold 1099511627776 codes of no bits"),
+        ([1 << 40, 64], r"codes \[8, 8\] cannot hold a \[1099511627776, 64\] tensor"),
+        ([8, 2**63 - 1], r"of no bits \(mismatch\)"),
     ],
 )
 def test_weight_shape_disagreeing_with_codes_is_refused(shape: list[int], message: str) -> None:
     parts, _ = hand_parts()
     infos = infos_of(parts)
     [group] = rule_int_pack(infos, config(4, "group", 32, False))
-    with pytest.raises(DescriptorError, match=message) as caught:
-        resolve_int_pack(group, np.array(shape, np.int64), infos)
-    assert "m.weight_packed and m.weight_shape" in str(caught.value)
-    assert caught.value.tensor == "m.weight"
+    refused(
+        lambda: resolve_int_pack(group, np.array(shape, np.int64), infos),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=message,
+    )
+    parts["m.weight_shape"] = np.array(shape, np.int64)  # and as a part: before any output
+    refused(
+        lambda: dequantize_int_pack(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+    )
 
 
 def test_weight_shape_of_floats_is_refused() -> None:
     parts, _ = hand_parts()
     [group] = rule_int_pack(infos_of(parts), None)
+    long_shape = np.ones(1 << 16, np.int64)  # its length refused before its values are read
+    refused(
+        lambda: resolve_int_pack(group, long_shape, infos_of(parts)),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=r"int64 \[65536\]",
+    )
     parts["m.weight_shape"] = np.array([8.0, 64.0])
-    with pytest.raises(DescriptorError, match="weight_shape is float64"):
-        dequantize_int_pack(group, parts)
+    refused(
+        lambda: dequantize_int_pack(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match="weight_shape is float64",
+    )
 
 
 @pytest.mark.parametrize(
-    ("changed", "message"),
+    ("changed", "companion", "message"),
     [
-        ({"m.weight_scale": ("F32", (8, 3))}, r"no configured bit width fits 8 words"),
+        (
+            {"m.weight_scale": ("F32", (8, 3))},
+            "m.weight_scale",
+            r"no configured bit width fits 8 words",
+        ),
+        (
+            {"m.weight_packed": ("I32", (8, 9))},
+            "m.weight_scale",
+            r"fits 9 words and scale \[8, 2\]",
+        ),
         (
             {"m.weight_scale": ("F32", (7, 2))},
+            "m.weight_scale",
             r"scale shape \[7, 2\] is neither \[8\] \+ \[groups\]",
         ),
         (
             {"m.weight_scale": ("I32", (8, 2))},
+            "m.weight_scale",
             r"scale is I32, the scheme needs one of F32, F16, BF16",
         ),
+        ({"m.weight_scale": ("F8_E4M3", (8, 2))}, "m.weight_scale", r"scale is F8_E4M3"),
         (
             {"m.weight_zero_point": ("I32", (2, 2))},
-            r"zero point shape \[2, 2\], the scales need \[1, 2\]",
+            "m.weight_zero_point",
+            r"zero point shape \[2, 2\], the scales \('m\.weight_scale'\) need \[1, 2\]",
         ),
-        ({"m.weight_zero_point": ("F32", (1, 2))}, r"zero point is F32, not I32 or I8"),
-        ({"m.weight_shape": ("I64", (3,))}, r"weight_shape has shape \[3\], the codes need \[2\]"),
-        ({"m.weight_shape": ("F32", (2,))}, r"shape is F32"),
-        ({"m.weight_packed": ("I32", (8,))}, r"not at least two dims"),
+        (
+            {"m.weight_zero_point": ("F32", (1, 2))},
+            "m.weight_zero_point",
+            r"zero point is F32, not I32 or I8",
+        ),
+        (
+            {"m.weight_shape": ("I64", (3,))},
+            "m.weight_shape",
+            r"weight_shape has shape \[3\], the codes need \[2\]",
+        ),
+        ({"m.weight_shape": ("F32", (2,))}, "m.weight_shape", r"shape is F32"),
+        ({"m.weight_g_idx": ("F32", (64,))}, "m.weight_g_idx", r"g_idx is F32"),
+        ({"m.weight_packed": ("I32", (8,))}, None, r"not at least two dims"),
     ],
 )
-def test_rule_refuses_parts_that_disagree(changed: dict[str, Any], message: str) -> None:
+def test_rule_refuses_parts_that_disagree(
+    changed: dict[str, Any], companion: str | None, message: str
+) -> None:
     infos = infos_of(hand_parts()[0]) | changed
-    with pytest.raises(DescriptorError, match=message) as caught:
-        rule_int_pack(infos, config(4, "group", 32, False))
-    assert caught.value.tensor == "m.weight"
+    refused(
+        lambda: rule_int_pack(infos, config(4, "group", 32, False)),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=companion,
+        match=message,
+    )
 
 
 def test_columns_not_splitting_into_groups_are_refused() -> None:
     parts, _ = hand_parts()
     infos = infos_of(parts) | {"m.weight_scale": ("F32", (8, 3))}
     [group] = rule_int_pack(infos, None)
-    with pytest.raises(DescriptorError, match="64 columns do not split into 3 equal groups"):
-        resolve_int_pack(group, parts["m.weight_shape"], infos)
+    refused(
+        lambda: resolve_int_pack(group, parts["m.weight_shape"], infos),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_scale",
+        match="64 columns do not split into 3 equal groups",
+    )
 
 
 def test_dequantize_refuses_bad_parts_before_allocating() -> None:
     parts, _ = hand_parts()
     [group] = rule_int_pack(infos_of(parts), config(4, "group", 32, False))
     huge = group.replace(logical_shape=(1 << 40, 64))
-    with pytest.raises(DescriptorError, match=r"the group says \[1099511627776, 64\]"):
-        dequantize_int_pack(huge, parts)
-    with pytest.raises(DescriptorError, match="zero point shape"):
-        dequantize_int_pack(group, {**parts, "m.weight_zero_point": np.zeros((3, 2), np.int32)})
+    refused(
+        lambda: dequantize_int_pack(huge, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=r"the group says \[1099511627776, 64\]",
+    )
+    bad_zero = {**parts, "m.weight_zero_point": np.zeros((3, 2), np.int32)}
+    refused(
+        lambda: dequantize_int_pack(group, bad_zero),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_zero_point",
+        match="zero point shape",
+    )
+    bad_scale = {**parts, "m.weight_scale": np.ones((8, 3), np.float32)}
+    refused(
+        lambda: dequantize_int_pack(group, bad_scale),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_scale",
+        match="64 columns do not split into 3 equal groups",
+    )
+    short = {**parts, "m.weight_packed": parts["m.weight_packed"][:, :-1]}
+    refused(
+        lambda: dequantize_int_pack(group, short),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_shape",
+        match=r"7 words per row hold 64 codes of no bits \(mismatch\)",
+    )
     with pytest.raises(DTypeError, match="float32, float16 or bfloat16"):
         dequantize_int_pack(group, parts, "int8")
     del parts["m.weight_scale"]
-    with pytest.raises(DescriptorError, match=r"needs its part 'm\.weight_scale'"):
-        dequantize_int_pack(group, parts)
+    refused(
+        lambda: dequantize_int_pack(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_scale",
+        match=r"part 'm\.weight_scale' of the group was not handed to the dequantization",
+    )
 
 
 def test_bfloat16_output_is_the_float32_rounded() -> None:
@@ -390,8 +494,13 @@ def test_codes_of_another_dtype_are_refused() -> None:
     parts, _ = hand_parts()
     [group] = rule_int_pack(infos_of(parts), config(4, "group", 32, False))
     parts["m.weight_packed"] = parts["m.weight_packed"].astype(np.float32)
-    with pytest.raises(DescriptorError, match=r"codes 'm\.weight_packed' are F32, not I32"):
-        dequantize_int_pack(group, parts)
+    refused(
+        lambda: dequantize_int_pack(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=None,
+        match=r"codes are F32 \[8, 8\], not I32",
+    )
 
 
 def test_mixed_config_leaves_the_width_to_weight_shape() -> None:

@@ -1,7 +1,7 @@
 """NVFP4 groups in SafeTensors: recognised by config and by names, dequantized bit for bit as
 compressed-tensors 0.20.1 decompresses what its own compressor wrote (and as ModelOpt's formula
-computes for its convention), and refused with a typed error, naming the group and both
-tensors, when parts disagree."""
+computes for its convention), and refused with a `QuantizedLayoutError` naming the group and
+both tensors, before anything the sizes imply is allocated, when parts disagree."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from weightstore.errors import DescriptorError, DTypeError
+from tests.quantized._refusals import refused
+from weightstore.errors import DTypeError
 from weightstore.quantized import _hf_pack
 from weightstore.quantized._hf_nvfp4 import dequantize_nvfp4, rule_nvfp4
 
@@ -196,26 +197,49 @@ def test_a_config_naming_another_method_yields_no_group() -> None:
 
 def test_a_config_makes_dtypes_binding() -> None:
     infos = infos_of(ct_parts()) | {"m.weight_scale": ("F16", (4, 2))}
-    with pytest.raises(DescriptorError, match=r"m\.weight_packed and m\.weight_scale.*F8_E4M3"):
-        rule_nvfp4(infos, CT_CONFIG)
+    refused(
+        lambda: rule_nvfp4(infos, CT_CONFIG),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_scale",
+        match="scale is F16, the scheme needs F8_E4M3",
+    )
 
 
 @pytest.mark.parametrize(
-    ("changed", "message"),
+    ("changed", "companion", "message"),
     [
-        ({"m.weight_scale": ("F8_E4M3", (4, 3))}, r"scale shape \[4, 3\].*\[4, 2\]"),
-        ({"m.weight_scale": ("F8_E4M3", (5, 2))}, r"scale shape \[5, 2\]"),
+        (
+            {"m.weight_scale": ("F8_E4M3", (4, 3))},
+            "m.weight_scale",
+            r"scale shape \[4, 3\].*\[4, 2\]",
+        ),
+        ({"m.weight_scale": ("F8_E4M3", (5, 2))}, "m.weight_scale", r"scale shape \[5, 2\]"),
         (
             {"m.weight_packed": ("U8", (4, 12)), "m.weight_scale": ("F8_E4M3", (4, 1))},
+            "m.weight_scale",
             r"24 columns are not whole blocks of 16",
         ),
-        ({"m.weight_global_scale": ("F32", (2,))}, r"global_scale has shape \[2\]"),
+        (
+            {"m.weight_global_scale": ("F32", (2,))},
+            "m.weight_global_scale",
+            r"global_scale has shape \[2\]",
+        ),
+        ({"m.weight_global_scale": ("F16", (1,))}, "m.weight_global_scale", r"global_scale is F16"),
+        ({"m.weight_packed": ("U8", ())}, None, r"codes are U8 \[\], not U8 in one dim or more"),
     ],
 )
-def test_rule_refuses_parts_that_disagree(changed: dict[str, Any], message: str) -> None:
-    with pytest.raises(DescriptorError, match=message) as caught:
-        rule_nvfp4(infos_of(ct_parts()) | changed, CT_CONFIG)
-    assert caught.value.tensor == "m.weight"
+def test_rule_refuses_parts_that_disagree(
+    changed: dict[str, Any], companion: str | None, message: str
+) -> None:
+    infos = infos_of(ct_parts()) | changed
+    refused(
+        lambda: rule_nvfp4(infos, CT_CONFIG),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=companion,
+        match=message,
+    )
 
 
 # --- bad input to the dequantizer -----------------------------------------------------------
@@ -243,8 +267,13 @@ def test_non_finite_or_zero_global_scale_is_refused(bad: float) -> None:
     parts = ct_parts()
     group = group_of(parts)
     parts["m.weight_global_scale"] = np.array([bad], np.float32)
-    with pytest.raises(DescriptorError, match=r"m\.weight_packed and m\.weight_global_scale"):
-        dequantize_nvfp4(group, parts)
+    refused(
+        lambda: dequantize_nvfp4(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_global_scale",
+        match=f"global_scale is {bad}, not a finite divisor",
+    )
 
 
 def test_modelopt_zero_second_scale_is_allowed_but_not_nan() -> None:
@@ -255,34 +284,88 @@ def test_modelopt_zero_second_scale_is_allowed_but_not_nan() -> None:
     }
     group = group_of(parts)
     assert not dequantize_nvfp4(group, parts).any()
-    parts["m.weight_scale_2"] = np.array([np.nan], np.float32)
-    with pytest.raises(DescriptorError, match="scale_2 is nan"):
-        dequantize_nvfp4(group, parts)
+    for bad in (np.nan, np.inf, -np.inf):
+        parts["m.weight_scale_2"] = np.array([bad], np.float32)
+        refused(
+            lambda: dequantize_nvfp4(group, parts),
+            group="m.weight",
+            codes="m.weight",
+            companion="m.weight_scale_2",
+            match=f"scale_2 is {bad}",
+        )
 
 
 def test_arrays_that_disagree_with_the_group_are_refused_before_allocating() -> None:
     """The group claims 2**40 rows; the arrays are small: a typed error, no huge output."""
     parts = ct_parts()
     group = group_of(parts).replace(logical_shape=(1 << 40, 32))
-    with pytest.raises(DescriptorError, match=r"unpack to \[4, 32\], not \[1099511627776, 32\]"):
-        dequantize_nvfp4(group, parts)
+    refused(
+        lambda: dequantize_nvfp4(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=None,
+        match=r"unpack to \[4, 32\], not the group's \[1099511627776, 32\]",
+    )
+
+
+def test_a_packed_length_that_does_not_match_the_group_is_refused() -> None:
+    """Codes one byte short of the group's columns (and their scales) are no NVFP4 rows."""
+    parts = ct_parts()
+    group = group_of(parts)
+    parts["m.weight_packed"] = parts["m.weight_packed"][:, :-1]
+    refused(
+        lambda: dequantize_nvfp4(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=None,
+        match=r"codes \[4, 15\] unpack to \[4, 30\], not the group's \[4, 32\]",
+    )
 
 
 @pytest.mark.parametrize(
-    ("name", "array", "message"),
+    ("name", "array", "companion", "message"),
     [
-        ("m.weight_scale", np.ones((4, 2), np.float16), r"scale is float16, the scheme needs F8"),
-        ("m.weight_scale", np.ones((4, 4), F8), r"scale shape \[4, 4\]"),
-        ("m.weight_packed", np.zeros((4, 16), np.int8), r"codes 'm.weight_packed' are int8"),
-        ("m.weight_global_scale", np.ones(1, np.float16), r"global_scale is float16"),
+        (
+            "m.weight_scale",
+            np.ones((4, 2), np.float16),
+            "m.weight_scale",
+            r"scale is float16, the scheme needs F8",
+        ),
+        (
+            "m.weight_scale",
+            np.ones((4, 3), F8),
+            "m.weight_scale",
+            r"scale shape \[4, 3\], blocks of 16 need \[4, 2\]",
+        ),
+        ("m.weight_scale", np.ones((3, 2), F8), "m.weight_scale", r"scale shape \[3, 2\]"),
+        ("m.weight_packed", np.zeros((4, 16), np.int8), None, r"codes are int8 \[4, 16\], not U8"),
+        (
+            "m.weight_global_scale",
+            np.ones(1, np.float16),
+            "m.weight_global_scale",
+            r"global_scale is float16",
+        ),
+        (
+            "m.weight_global_scale",
+            np.ones(2, np.float32),
+            "m.weight_global_scale",
+            r"not one value",
+        ),
     ],
 )
-def test_dequantize_refuses_bad_parts(name: str, array: np.ndarray, message: str) -> None:
+def test_dequantize_refuses_bad_parts(
+    name: str, array: np.ndarray, companion: str | None, message: str
+) -> None:
     parts = ct_parts()
     group = group_of(parts)
     parts[name] = array
-    with pytest.raises(DescriptorError, match=message):
-        dequantize_nvfp4(group, parts)
+    refused(
+        lambda: dequantize_nvfp4(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion=companion,
+        match=message,
+    )
 
 
 def test_missing_part_and_bad_output_dtype_are_typed() -> None:
@@ -291,8 +374,13 @@ def test_missing_part_and_bad_output_dtype_are_typed() -> None:
     with pytest.raises(DTypeError, match="float32, float16 or bfloat16"):
         dequantize_nvfp4(group, parts, np.int32)
     del parts["m.weight_scale"]
-    with pytest.raises(DescriptorError, match=r"needs its part 'm\.weight_scale'"):
-        dequantize_nvfp4(group, parts)
+    refused(
+        lambda: dequantize_nvfp4(group, parts),
+        group="m.weight",
+        codes="m.weight_packed",
+        companion="m.weight_scale",
+        match="was not handed to the dequantization",
+    )
 
 
 def test_empty_tensor_dequantizes_to_empty() -> None:

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from weightstore.errors import DescriptorError
+from weightstore.errors import QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_pack import (
     TensorInfo,
@@ -129,14 +129,13 @@ def _layout(
     if len(scale) == len(codes) and scale[:-1] == lead and scale[-1] >= 1:
         if cols % scale[-1] and not provisional:
             raise group_error(
-                group, group.companions["shape"], scale_name,
-                f"{cols} columns do not split into {scale[-1]} equal groups",
-            )  # fmt: skip
+                group, scale_name, f"{cols} columns do not split into {scale[-1]} equal groups"
+            )
         return scale[-1], (*(1 for _ in lead), cols // scale[-1])
     if elements(scale) == 1 and len(scale) <= 1:
         return 1, ()
     raise group_error(
-        group, group.codes, scale_name,
+        group, scale_name,
         f"scale shape {list(scale)} is neither {list(lead)} + [groups] nor one value",
     )  # fmt: skip
 
@@ -151,13 +150,13 @@ def _check_companions(
         name = group.companions.get(role)
         if name is not None and infos[name][0] not in allowed:
             raise group_error(
-                group, group.codes, name,
+                group, name,
                 f"{role} is {infos[name][0]}, the scheme needs one of {', '.join(allowed)}",
             )  # fmt: skip
     shape_name = group.companions["shape"]
     if infos[shape_name][1] != (len(codes_shape),):
         raise group_error(
-            group, group.codes, shape_name,
+            group, shape_name,
             f"weight_shape has shape {list(infos[shape_name][1])}, the codes need "
             f"[{len(codes_shape)}]",
         )  # fmt: skip
@@ -174,13 +173,12 @@ def _check_companions(
     elif zero_dtype == "I32":
         return  # packed, its rows checked once the bits are known
     else:
-        raise group_error(
-            group, group.codes, zero_name, f"zero point is {zero_dtype}, not I32 or I8"
-        )
+        raise group_error(group, zero_name, f"zero point is {zero_dtype}, not I32 or I8")
     if zero_shape != wanted:
         raise group_error(
-            group, group.companions["scale"], zero_name,
-            f"zero point shape {list(zero_shape)}, the scales need {list(wanted)}",
+            group, zero_name,
+            f"zero point shape {list(zero_shape)}, the scales "
+            f"({group.companions['scale']!r}) need {list(wanted)}",
         )  # fmt: skip
 
 
@@ -217,7 +215,7 @@ def rule_int_pack(
     another method or format yields none. Returned groups are `IntPackGroup`.
 
     Raises:
-        DescriptorError: a group's parts disagree, or no configured scheme fits them.
+        QuantizedLayoutError: a group's parts disagree, or no configured scheme fits them.
     """
     schemes = _config_schemes(quantization_config)
     if schemes is not None and not schemes:
@@ -231,9 +229,9 @@ def rule_int_pack(
         if "scale" not in companions or "shape" not in companions:
             continue
         if len(shape) < 2:
-            raise DescriptorError(
-                f"{LAYOUT} group {prefix}weight: codes {name!r} have shape {list(shape)}, "
-                "not at least two dims", tensor=prefix + "weight",
+            raise QuantizedLayoutError(
+                f"{LAYOUT}: codes have shape {list(shape)}, not at least two dims",
+                group=prefix + "weight", codes=name,
             )  # fmt: skip
         rule = _CONFIG_RULE if schemes else _NAMES_RULE
         base = IntPackGroup(
@@ -244,7 +242,7 @@ def rule_int_pack(
         fitting = [g for g in (_candidate(base, tensors, s) for s in options) if g is not None]
         if not fitting:
             raise group_error(
-                base, name, companions["scale"],
+                base, companions["scale"],
                 f"no configured bit width fits {shape[-1]} words and scale "
                 f"{list(tensors[companions['scale']][1])}",
             )  # fmt: skip
@@ -255,16 +253,19 @@ def rule_int_pack(
     return found
 
 
-def _shape_values(group: QuantizedGroup, weight_shape: np.ndarray) -> tuple[int, ...]:
+def _shape_values(group: QuantizedGroup, weight_shape: np.ndarray, ndim: int) -> tuple[int, ...]:
+    """The values of ``weight_shape``, refused unless `ndim` integers of at least 1 (its
+    length checked before its values are read: a long one is no shape at all)."""
     name = group.companions["shape"]
     values = np.asarray(weight_shape)
-    if values.dtype.kind not in "iu" or values.ndim != 1:
+    if values.dtype.kind not in "iu" or values.shape != (ndim,):
         raise group_error(
-            group, group.codes, name, f"weight_shape is {values.dtype} {list(values.shape)}"
-        )
+            group, name,
+            f"weight_shape is {values.dtype} {list(values.shape)}, the codes need {ndim} integers",
+        )  # fmt: skip
     shape = tuple(int(v) for v in values)
     if any(v < 1 for v in shape):
-        raise group_error(group, group.codes, name, f"weight_shape {list(shape)} has a dim below 1")
+        raise group_error(group, name, f"weight_shape {list(shape)} has a dim below 1")
     return shape
 
 
@@ -277,20 +278,19 @@ def resolve_int_pack(
     `infos` describes the group's parts (dtype name, shape), as the rule saw them.
 
     Raises:
-        DescriptorError: weight_shape disagrees with the codes or the scales, or the bits
+        QuantizedLayoutError: weight_shape disagrees with the codes or the scales, or the bits
             cannot be told apart (fewer than 32 columns and no config).
     """
-    shape = _shape_values(group, weight_shape)
     codes_dtype, codes_shape = infos[group.codes]
-    if codes_dtype != "I32":
-        raise DescriptorError(
-            f"{LAYOUT} group {group.name!r}: codes {group.codes!r} are {codes_dtype}, not I32",
-            tensor=group.name,
+    if codes_dtype != "I32" or len(codes_shape) < 2:
+        raise group_error(
+            group, None, f"codes are {codes_dtype} {list(codes_shape)}, not I32 in two dims or more"
         )
+    shape = _shape_values(group, weight_shape, len(codes_shape))
     shape_name = group.companions["shape"]
     if len(shape) != len(codes_shape) or shape[:-1] != codes_shape[:-1]:
         raise group_error(
-            group, group.codes, shape_name,
+            group, shape_name,
             f"codes {list(codes_shape)} cannot hold a {list(shape)} tensor",
         )  # fmt: skip
     known = group.num_bits if isinstance(group, IntPackGroup) else 0
@@ -298,7 +298,7 @@ def resolve_int_pack(
     fits = [b for b in options if _packed_words(shape[-1], b) == codes_shape[-1]]
     if len(fits) != 1:
         raise group_error(
-            group, group.codes, shape_name,
+            group, shape_name,
             f"{codes_shape[-1]} words per row hold {shape[-1]} codes of "
             f"{' or '.join(map(str, fits)) or 'no'} bits ({'ambiguous' if fits else 'mismatch'})",
         )  # fmt: skip
@@ -310,7 +310,9 @@ def resolve_int_pack(
     _check_companions(base, infos, fits[0], groups)
     g_idx = group.companions.get("g_idx")
     if g_idx is not None and infos[g_idx][1] != (shape[-1],):
-        raise group_error(group, shape_name, g_idx, f"g_idx shape {list(infos[g_idx][1])}")
+        raise group_error(
+            group, g_idx, f"g_idx shape {list(infos[g_idx][1])}, weight_shape needs [{shape[-1]}]"
+        )
     return base.replace(logical_shape=shape, block=block, num_bits=fits[0])
 
 
@@ -372,6 +374,24 @@ def _zero_points(
     return np.swapaxes(values, -1, -2).reshape(-1, groups)
 
 
+def _g_idx(
+    group: QuantizedGroup, arrays: Mapping[str, np.ndarray], groups: int
+) -> np.ndarray | None:
+    """Column -> scale group, refused when an entry names none of the `groups`."""
+    name = group.companions.get("g_idx")
+    if name is None:
+        return None
+    g_idx = arrays[name].astype(np.int64)
+    bad = np.flatnonzero((g_idx < 0) | (g_idx >= groups))
+    if bad.size:
+        raise group_error(
+            group, name,
+            f"g_idx[{bad[0]}] = {g_idx[bad[0]]} names no group of the {groups} in "
+            f"{group.companions['scale']!r}",
+        )  # fmt: skip
+    return g_idx
+
+
 def dequantize_int_pack(
     group: QuantizedGroup, parts: Mapping[str, np.ndarray], dtype: Any = None
 ) -> np.ndarray:
@@ -380,7 +400,7 @@ def dequantize_int_pack(
     ``weight_shape``, which must agree with ``group.logical_shape`` (see `resolve_int_pack`).
 
     Raises:
-        DescriptorError: a part is missing, the parts disagree, weight_shape differs from the
+        QuantizedLayoutError: a part is missing, the parts disagree, weight_shape differs from the
             group's logical shape, or a g_idx entry names no group.
         DTypeError: `dtype` is not float32, float16 or bfloat16.
     """
@@ -394,14 +414,16 @@ def dequantize_int_pack(
     resolved = resolve_int_pack(group, arrays[group.companions["shape"]], infos)
     if resolved.logical_shape != group.logical_shape:
         raise group_error(
-            group, group.companions["shape"], "the group's logical shape",
+            group, group.companions["shape"],
             f"weight_shape is {list(resolved.logical_shape)}, the group says "
             f"{list(group.logical_shape)}",
         )  # fmt: skip
     shape, bits = resolved.logical_shape, resolved.num_bits
     cols, rows = shape[-1], elements(shape[:-1])
+    scale_shape = infos[group.companions["scale"]][1]
+    groups = scale_shape[-1] if len(scale_shape) == len(shape) else 1
+    g_idx = _g_idx(group, arrays, groups)  # read before anything the sizes imply exists
     scale = arrays[group.companions["scale"]].astype(np.float32)
-    groups = scale.shape[-1] if scale.ndim == len(shape) else 1
     scale = (
         scale.reshape(-1, groups) if scale.size > 1 else np.full((rows, 1), scale.reshape(-1)[0])
     )
@@ -410,15 +432,6 @@ def dequantize_int_pack(
         zero = _zero_points(resolved, arrays[group.companions["zero_point"]], shape[:-1], groups)
         if zero.shape[0] == 1 and rows > 1:
             zero = np.broadcast_to(zero, (rows, 1))
-    g_idx = None
-    if "g_idx" in group.companions:
-        g_idx = arrays[group.companions["g_idx"]].astype(np.int64)
-        bad = np.flatnonzero((g_idx < 0) | (g_idx >= groups))
-        if bad.size:
-            raise group_error(
-                group, group.companions["g_idx"], group.companions["scale"],
-                f"g_idx[{bad[0]}] = {g_idx[bad[0]]} names no group of {groups}",
-            )  # fmt: skip
     codes = arrays[group.codes].reshape(rows, -1)
     out = np.empty((rows, cols), dtype=wanted)
     for chunk in row_chunks(rows, cols):

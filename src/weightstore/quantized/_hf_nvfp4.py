@@ -25,7 +25,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from weightstore.errors import DescriptorError
 from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_pack import (
     TensorInfo,
@@ -90,22 +89,20 @@ def _check(group: QuantizedGroup, infos: Mapping[str, TensorInfo]) -> None:
     expected = {"scale": "F8_E4M3", "global_scale": "F32", "scale_2": "F32"}
     codes_dtype, codes_shape = infos[group.codes]
     if codes_dtype != "U8" or not codes_shape:
-        raise DescriptorError(
-            f"{LAYOUT} group {group.name!r}: codes {group.codes!r} are {codes_dtype} "
-            f"{list(codes_shape)}, not U8 with at least one dim",
-            tensor=group.name,
+        raise group_error(
+            group, None, f"codes are {codes_dtype} {list(codes_shape)}, not U8 in one dim or more"
         )
     logical = (*codes_shape[:-1], 2 * codes_shape[-1])
     scale_name = group.companions["scale"]
     if logical != group.logical_shape:
         raise group_error(
-            group, group.codes, "the group's logical shape",
-            f"codes {list(codes_shape)} unpack to {list(logical)}, not "
+            group, None,
+            f"codes {list(codes_shape)} unpack to {list(logical)}, not the group's "
             f"{list(group.logical_shape)}",
         )  # fmt: skip
     if logical[-1] % NVFP4_GROUP_SIZE:
         raise group_error(
-            group, group.codes, scale_name,
+            group, scale_name,
             f"{logical[-1]} columns are not whole blocks of {NVFP4_GROUP_SIZE}",
         )  # fmt: skip
     for role, name in group.companions.items():
@@ -113,20 +110,16 @@ def _check(group: QuantizedGroup, infos: Mapping[str, TensorInfo]) -> None:
             continue
         dtype, shape = infos[name]
         if dtype != expected[role]:
-            raise group_error(
-                group, group.codes, name, f"{role} is {dtype}, the scheme needs {expected[role]}"
-            )
+            raise group_error(group, name, f"{role} is {dtype}, the scheme needs {expected[role]}")
         if role == "scale":
             wanted = (*logical[:-1], logical[-1] // NVFP4_GROUP_SIZE)
             if shape != wanted:
                 raise group_error(
-                    group, group.codes, name,
+                    group, name,
                     f"scale shape {list(shape)}, blocks of {NVFP4_GROUP_SIZE} need {list(wanted)}",
                 )  # fmt: skip
         elif elements(shape) != 1:
-            raise group_error(
-                group, group.codes, name, f"{role} has shape {list(shape)}, not one value"
-            )
+            raise group_error(group, name, f"{role} has shape {list(shape)}, not one value")
 
 
 def _match(
@@ -168,7 +161,7 @@ def rule_nvfp4(
     names and dtypes, and tensors whose dtypes do not fit stay plain.
 
     Raises:
-        DescriptorError: a group's parts disagree (shapes, dtypes, packed length).
+        QuantizedLayoutError: a group's parts disagree (shapes, dtypes, packed length).
     """
     convention = _config_convention(quantization_config)
     if convention == "other":
@@ -192,7 +185,7 @@ def _second_scale(group: QuantizedGroup, parts: Mapping[str, np.ndarray]) -> tup
     name = group.companions[role]
     value = float(np.asarray(part(group, parts, name)).reshape(-1)[0])
     if not np.isfinite(value) or (role == "global_scale" and value == 0.0):
-        raise group_error(group, group.codes, name, f"{role} is {value}, not a finite divisor")
+        raise group_error(group, name, f"{role} is {value}, not a finite divisor")
     return role, value
 
 
@@ -206,7 +199,8 @@ def dequantize_nvfp4(
     float8_e4m3fn) and the second scale (float32). Every check runs before the output exists.
 
     Raises:
-        DescriptorError: a part is missing, or the parts disagree with each other or the scheme.
+        QuantizedLayoutError: a part is missing, or the parts disagree with each other or the
+            scheme (a non-finite second scale included).
         DTypeError: `dtype` is not float32, float16 or bfloat16.
     """
     wanted = output_dtype(dtype, group)

@@ -1,5 +1,6 @@
 """What the packed SafeTensors layouts (NVFP4, int pack-quantized) share: output dtypes, row
-chunks, checked shapes and the one error shape for a group whose parts disagree.
+chunks, checked shapes and the one error for a group whose parts disagree (a
+`QuantizedLayoutError`, as the FP8 and MXFP4 layouts raise, so one handler catches them all).
 
 Both layouts' dequantizers write a row range at a time into a preallocated output, so a call's
 peak memory is its output plus one chunk (`CHUNK_ELEMENTS` outputs and their temporaries).
@@ -13,7 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from weightstore.errors import DescriptorError, DTypeError
+from weightstore.errors import DTypeError, QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
 
 __all__ = [
@@ -54,11 +55,11 @@ def output_dtype(dtype: Any, group: QuantizedGroup) -> np.dtype[Any]:
     return wanted
 
 
-def group_error(group: QuantizedGroup, first: str, second: str, detail: str) -> DescriptorError:
-    """The error for two parts of a group that disagree, naming the group and both tensors."""
-    return DescriptorError(
-        f"{group.layout} group {group.name!r}: {first} and {second} disagree: {detail}",
-        tensor=group.name,
+def group_error(group: QuantizedGroup, companion: str | None, detail: str) -> QuantizedLayoutError:
+    """The error for `group`'s codes and its `companion` (the part at fault; None when the
+    codes alone are) disagreeing, naming the group and both tensors."""
+    return QuantizedLayoutError(
+        f"{group.layout}: {detail}", group=group.name, codes=group.codes, companion=companion
     )
 
 
@@ -66,10 +67,10 @@ def part(group: QuantizedGroup, parts: Mapping[str, np.ndarray], name: str) -> n
     """The array of stored tensor `name`, refused when the caller did not pass it."""
     array = parts.get(name)
     if array is None:
-        raise DescriptorError(
-            f"{group.layout} group {group.name!r} needs its part {name!r}, which was not given",
-            tensor=group.name,
-        )
+        raise group_error(
+            group, None if name == group.codes else name,
+            f"part {name!r} of the group was not handed to the dequantization",
+        )  # fmt: skip
     return np.asarray(array)
 
 
