@@ -31,7 +31,7 @@ from weightstore.dtypes import from_numpy
 from weightstore.errors import DTypeError, QuantizedLayoutError
 from weightstore.quantized._ggml_kernels import CHUNK_ELEMENTS
 from weightstore.quantized._group import QuantizedGroup
-from weightstore.quantized._hf_shapes import check_fp8, fp8_scale_grid
+from weightstore.quantized._hf_shapes import check_addressable, check_fp8, fp8_scale_grid
 
 __all__ = [
     "OUTPUT_DTYPES",
@@ -126,6 +126,7 @@ def dequantize_fp8(
         group, codes_name, codes_dtype, codes.shape, scale_name, dtype_name(scale),
         scale.shape, block,
     )  # fmt: skip
+    check_addressable(group, codes_name, codes.shape)
     out = np.empty(codes.shape, dtype=target)
     if out.size == 0:
         return out

@@ -42,6 +42,7 @@ from weightstore.quantized._hf_pack import (
     part,
     row_chunks,
 )
+from weightstore.quantized._hf_shapes import check_addressable
 
 __all__ = ["IntPackGroup", "dequantize_int_pack", "resolve_int_pack", "rule_int_pack"]
 
@@ -419,6 +420,7 @@ def dequantize_int_pack(
             f"{list(group.logical_shape)}",
         )  # fmt: skip
     shape, bits = resolved.logical_shape, resolved.num_bits
+    check_addressable(group.name, group.codes, shape)
     cols, rows = shape[-1], elements(shape[:-1])
     scale_shape = infos[group.companions["scale"]][1]
     groups = scale_shape[-1] if len(scale_shape) == len(shape) else 1
@@ -434,6 +436,22 @@ def dequantize_int_pack(
             zero = np.broadcast_to(zero, (rows, 1))
     codes = arrays[group.codes].reshape(rows, -1)
     out = np.empty((rows, cols), dtype=wanted)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN scales are values here
+        _fill(out, codes, bits, scale, zero, g_idx, groups)
+    return out.reshape(shape)
+
+
+def _fill(
+    out: np.ndarray,
+    codes: np.ndarray,
+    bits: int,
+    scale: np.ndarray,
+    zero: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    groups: int,
+) -> None:
+    """`out` (rows, cols) from packed `codes`, `(code - zero) * scale`, a chunk at a time."""
+    rows, cols = out.shape
     for chunk in row_chunks(rows, cols):
         values = _unpack_float(codes[chunk], bits, cols)
         if g_idx is not None:
@@ -446,4 +464,3 @@ def dequantize_int_pack(
                 blocks -= zero[chunk][:, :, None]
             blocks *= scale[chunk][:, :, None]
         out[chunk] = values
-    return out.reshape(shape)

@@ -30,6 +30,7 @@ from weightstore.quantized._hf_fp8 import dtype_name, group_part, output_dtype
 from weightstore.quantized._hf_shapes import (
     MXFP4_BLOCK,
     MXFP4_BYTES_PER_BLOCK,
+    check_addressable,
     check_mxfp4,
     mxfp4_logical_shape,
 )
@@ -85,6 +86,7 @@ def dequantize_mxfp4(
         group, blocks_name, dtype_name(blocks), blocks.shape, scales_name, dtype_name(scales),
         scales.shape,
     )  # fmt: skip
+    check_addressable(group, blocks_name, mxfp4_logical_shape(blocks.shape))
     out = np.empty(mxfp4_logical_shape(blocks.shape), dtype=target)
     rows = out.size // MXFP4_BLOCK
     if rows == 0:

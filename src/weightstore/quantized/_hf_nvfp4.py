@@ -35,6 +35,7 @@ from weightstore.quantized._hf_pack import (
     part,
     row_chunks,
 )
+from weightstore.quantized._hf_shapes import check_addressable
 
 __all__ = ["NVFP4_GROUP_SIZE", "dequantize_nvfp4", "rule_nvfp4"]
 
@@ -212,17 +213,26 @@ def dequantize_nvfp4(
         for name, array in arrays.items()
     }
     _check(group, infos)
+    check_addressable(group.name, group.codes, group.logical_shape)
     role, second = _second_scale(group, arrays)
-    scale = arrays[group.companions["scale"]].astype(np.float32)
-    if role == "global_scale":
-        np.divide(scale, np.float32(second), out=scale)
-    else:
-        np.multiply(scale, np.float32(second), out=scale)
-    codes = arrays[group.codes]
-    columns = group.logical_shape[-1]
-    if not elements(group.logical_shape):
-        return np.empty(group.logical_shape, dtype=wanted)
-    rows = elements(group.logical_shape) // columns
+    # Infinities and NaN are values here (an E4M3 NaN scale, a tiny divisor), as in FP8.
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = arrays[group.companions["scale"]].astype(np.float32)
+        if role == "global_scale":
+            np.divide(scale, np.float32(second), out=scale)
+        else:
+            np.multiply(scale, np.float32(second), out=scale)
+        return _decoded(arrays[group.codes], scale, group.logical_shape, wanted)
+
+
+def _decoded(
+    codes: np.ndarray, scale: np.ndarray, shape: tuple[int, ...], wanted: np.dtype[Any]
+) -> np.ndarray:
+    """Checked codes and their float32 block scales as values of `shape`, a chunk at a time."""
+    columns = shape[-1]
+    if not elements(shape):
+        return np.empty(shape, dtype=wanted)
+    rows = elements(shape) // columns
     codes = codes.reshape(rows, columns // 2)
     scale = scale.reshape(rows, columns // NVFP4_GROUP_SIZE, 1)
     out = np.empty((rows, columns), dtype=wanted)
@@ -238,4 +248,4 @@ def dequantize_nvfp4(
         np.multiply(blocks, scale[chunk], out=blocks)
         if staging:
             out[chunk] = target.reshape(packed.shape[0], columns)
-    return out.reshape(group.logical_shape)
+    return out.reshape(shape)

@@ -1,4 +1,5 @@
-"""The shape and dtype rules of the FP8 and MXFP4 layouts, without NumPy.
+"""The shape and dtype rules of the FP8 and MXFP4 layouts (and the output size all share),
+without NumPy.
 
 Recognition (from a header's names, dtypes and shapes) and the kernels (from the arrays they are
 handed) check the same rules, so both live here: a scale tensor must have exactly the shape the
@@ -18,6 +19,7 @@ __all__ = [
     "FP8_SCALE_DTYPES",
     "MXFP4_BLOCK",
     "MXFP4_BYTES_PER_BLOCK",
+    "check_addressable",
     "check_fp8",
     "check_fp8_dtypes",
     "check_mxfp4",
@@ -39,6 +41,33 @@ MXFP4_BLOCK: Final = 32
 
 MXFP4_BYTES_PER_BLOCK: Final = MXFP4_BLOCK // 2
 """Bytes holding one block's E2M1 codes, two per byte."""
+
+
+MAX_ARRAY_SIZE: Final = 2**63 - 1
+"""Bytes NumPy can address in one array, counted over its non-zero dims (`np.empty` refuses
+more with a `ValueError`, even when another dim is zero)."""
+
+OUTPUT_ITEMSIZE: Final = 4
+"""Bytes per element of the widest output (float32), in which every layout computes."""
+
+
+def check_addressable(
+    group: str, codes: str, shape: tuple[int, ...], *, path: str | None = None
+) -> None:
+    """Raise `QuantizedLayoutError` when a float32 tensor of `shape` is more than NumPy can
+    address: a tensor with no elements may claim any other dim (``[0, 2**62]`` holds no
+    bytes and passes every size check) and its output still could not be made."""
+    size = OUTPUT_ITEMSIZE
+    for dim in shape:
+        size *= dim or 1
+    if size > MAX_ARRAY_SIZE:
+        raise QuantizedLayoutError(
+            f"logical shape {list(shape)} is past what one array can address "
+            f"({MAX_ARRAY_SIZE:,} bytes over its non-zero dims, at {OUTPUT_ITEMSIZE} bytes each)",
+            group=group,
+            codes=codes,
+            path=path,
+        )
 
 
 def _ceil_div(a: int, b: int) -> int:
