@@ -9,7 +9,9 @@ fixed up (lengths, padding, zip directory), leaving the deeper checks to be test
   dtype and shape rewrites, offsets moved, deep nesting, values shared or made cyclic (CBOR tags
   28/29), raw tags; the u32 metadata size and the padding to the data start are rewritten.
 - SafeTensors: the JSON header likewise (with text-level extras JSON values cannot carry: huge
-  digit strings, duplicate keys, deep brackets); the u64 header length is rewritten.
+  digit strings, duplicate keys, deep brackets); the u64 header length is rewritten. A file
+  holding quantized groups has their parts' shapes, dtypes and values edited instead, half the
+  time, its data laid out again (`fuzz.quantized_mutators`).
 - PyTorch: the pickle, opcode by opcode (split with the reader's own `iter_ops`): values replaced
   by hostile ones (cyclic or exponential memo graphs, 5,000-digit ints, deep nests, foreign
   globals), opcodes deleted, duplicated or inserted; then re-zipped, each member stored or
@@ -36,6 +38,7 @@ from typing import Any, Final
 import cbor2
 
 from fuzz.gguf_mutators import mutate_gguf
+from fuzz.quantized_mutators import mutate_quantized
 from weightstore.burnpack import _layout as burnpack_layout
 from weightstore.dtypes import ALL_DTYPES
 from weightstore.pytorch_reader import iter_ops
@@ -182,6 +185,7 @@ def mutate_burnpack(data: bytes, rng: Rng) -> bytes | None:
 # -- SafeTensors ---------------------------------------------------------------------------------
 
 _SENTINEL: Final = "\u0001fuzz\u0001"
+QUANTIZED_SHARE: Final = 0.5  # of a quantized file's mutations: its groups' parts, not its JSON
 
 
 def _text_extras(text: str, rng: Rng) -> str:
@@ -201,9 +205,15 @@ def _text_extras(text: str, rng: Rng) -> str:
 
 
 def mutate_safetensors(data: bytes, rng: Rng) -> bytes | None:
-    """A SafeTensors file with its JSON header edited and its u64 length redone."""
+    """A SafeTensors file with its JSON header edited and its u64 length redone; half the
+    time, for a file holding quantized groups, their parts edited instead, the file laid out
+    again so that it opens (`fuzz.quantized_mutators`)."""
     if len(data) < 8:
         return None
+    if rng.random() < QUANTIZED_SHARE:
+        edited = mutate_quantized(data, rng)
+        if edited is not None:
+            return edited
     (size,) = struct.unpack_from("<Q", data)
     try:
         tree = json.loads(data[8 : 8 + size])

@@ -14,8 +14,9 @@ location), counted, and fuzzing goes on; a timeout or memory kill is saved by li
 (``timeout-*``, ``oom-*``, ``crash-*``). New corpus entries go to `--workdir`, never into
 fuzz/corpus/, whose seeds are read only.
 
-The summary (JSON, also at <workdir>/summary.json) gives inputs, rate, findings by signature and
-worker deaths; it is the figure docs/security.md quotes.
+The summary (JSON, also at <workdir>/summary.json) gives inputs, rate, findings by signature,
+worker deaths, the target's own counts (how many quantized groups were dequantized, say) and the
+peak RSS libFuzzer reported; it is the figure docs/security.md quotes.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class _Worker:
         self.findings: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
         self.last_write = 0.0
+        self.counts: Counter[str] = Counter()  # the target's own (`fuzz.targets.COUNTS`)
         self.crashers.mkdir(parents=True, exist_ok=True)
 
     def record(self, kind: str, where: str, detail: str, data: bytes) -> None:
@@ -96,6 +98,7 @@ class _Worker:
             "inputs": self.inputs,
             "findings": dict(self.findings),
             "examples": self.examples,
+            "counts": dict(self.counts),
         }
         scratch = self.stats.with_suffix(".tmp")
         scratch.write_text(json.dumps(state))
@@ -137,6 +140,7 @@ def worker_main(args: argparse.Namespace, libfuzzer: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     atheris, targets, mutators_by_parser = _instrumented_imports()
     state = _Worker(args.parser, Path(args.stats), Path(args.crashers))
+    state.counts = targets.COUNTS
     mutate: Callable[[bytes, random.Random], bytes | None] = mutators_by_parser[args.parser]
 
     def test_one_input(data: bytes) -> None:
@@ -257,23 +261,26 @@ def _read_stats(path: Path) -> dict[str, Any]:
         state: dict[str, Any] = json.loads(path.read_text())
         return state
     except (OSError, ValueError):
-        return {"inputs": 0, "findings": {}, "examples": {}}
+        return {"inputs": 0, "findings": {}, "examples": {}, "counts": {}}
 
 
 _EXECUTED: Final = re.compile(rb"stat::number_of_executed_units: (\d+)")
 _FRAME: Final = re.compile(rb'File "[^"]*src/weightstore/([^"]+)", line (\d+) in (\w+)')
 _ARTIFACT: Final = re.compile(rb"Test unit written to (\S+)")
+_RSS: Final = re.compile(rb" rss: (\d+)Mb")
 
 
 @dataclass(slots=True)
 class _Outcome:
     """What a worker's log says: inputs libFuzzer ran (its final, exact count; 0 when it died
-    without one), how it died, where (the innermost weightstore frame), and the saved input."""
+    without one), how it died, where (the innermost weightstore frame), the saved input, and
+    the largest RSS libFuzzer printed (MB)."""
 
     executed: int
     death: str | None
     where: str
     artifact: Path | None
+    peak_rss_mb: int = 0
 
 
 def _outcome(log: Path, offset: int) -> _Outcome:
@@ -290,6 +297,7 @@ def _outcome(log: Path, offset: int) -> _Outcome:
         death,
         where if isinstance(where, str) else where.decode(errors="replace"),
         Path(artifact.group(1).decode()) if artifact else None,
+        max((int(mb) for mb in _RSS.findall(text)), default=0),
     )
 
 
@@ -343,6 +351,8 @@ class _Tally:
     examples: dict[str, str] = field(default_factory=dict)
     deaths: Counter[str] = field(default_factory=Counter)
     deaths_by_signature: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    peak_rss_mb: int = 0
     failed_starts: int = 0
 
     def add(self, parser: str, job: int, worker: _Running) -> None:
@@ -360,6 +370,8 @@ class _Tally:
                 raise SystemExit(f"workers die before their first input; see {log}")
         self.done[job] += max(inputs, 1)  # a worker that died at once still ran one input
         self.findings.update(state["findings"])
+        self.counts.update(state.get("counts", {}))
+        self.peak_rss_mb = max(self.peak_rss_mb, outcome.peak_rss_mb)
         for key, detail in state["examples"].items():
             self.examples.setdefault(key, detail)
         if process.returncode != 0:
@@ -381,6 +393,8 @@ class _Tally:
             "examples": self.examples,
             "worker_deaths": dict(self.deaths),
             "deaths_by_signature": dict(self.deaths_by_signature),
+            "target_counts": dict(self.counts),
+            "peak_rss_mb": self.peak_rss_mb,
             "jobs": args.jobs,
         }
 

@@ -11,6 +11,7 @@ Corpus files the fuzzer adds (named by their SHA-1) are left alone.
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import sys
@@ -94,7 +95,80 @@ def _safetensors_seeds() -> dict[str, bytes]:
     entries = [TensorEntry.from_array("w", np.ones((2, 2), "f4"))]
     seeds["metadata"] = safetensors.write_bytes(entries, {"format": "pt", "k": "v" * 30})
     seeds["none"] = safetensors.write_bytes([])
+    for label, (arrays, config) in _quantized_groups().items():
+        entries = [TensorEntry.from_array(name, value) for name, value in arrays.items()]
+        metadata = None if config is None else {"quantization_config": json.dumps(config)}
+        seeds[f"quantized-{label}"] = safetensors.write_bytes(entries, metadata, keep_order=True)
     return seeds
+
+
+_Arrays = dict[str, np.ndarray[Any, Any]]
+
+
+def _quantized_groups() -> dict[str, tuple[_Arrays, dict[str, Any] | None]]:
+    """One small checkpoint per quantized layout (`weightstore.quantized.recognise`), each with
+    the ``quantization_config`` its producer writes (kept in the metadata, where the fuzz target
+    reads it; None: recognised by names alone), every part consistent, so that the mutations
+    (`fuzz.quantized_mutators`) start from groups that dequantize."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(1)
+    e4m3 = ml_dtypes.float8_e4m3fn
+
+    def codes(shape: tuple[int, ...], dtype: Any = e4m3) -> np.ndarray[Any, Any]:
+        return rng.uniform(-4, 4, shape).astype(dtype)
+
+    def words(shape: tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray[Any, Any]:
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+    ct = "compressed-tensors"
+    int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}
+    return {
+        "fp8-block": (  # DeepSeek's layout in 2x64 blocks, partial edge blocks included
+            {"a.weight": codes((5, 130)), "a.weight_scale_inv": rng.uniform(0.1, 2, (3, 3))
+             .astype(np.float32), "a.bias": np.ones(5, "f4")},
+            {"quant_method": "fp8", "weight_block_size": [2, 64]},
+        ),
+        "fp8-names": (  # no config: a per-row E5M2 group and a 128x128 one, by names
+            {"r.weight": codes((3, 8), ml_dtypes.float8_e5m2),
+             "r.weight_scale": np.full((3, 1), 0.5, np.float32),
+             "b.weight": codes((4, 6)), "b.weight_scale_inv": np.ones((1, 1), ml_dtypes.bfloat16)},
+            None,
+        ),
+        "mxfp4": (  # gpt-oss experts: U8 [experts, rows, G, 16] and E8M0 U8 [experts, rows, G]
+            {"e.gate_up_proj_blocks": words((2, 3, 2, 16)),
+             "e.gate_up_proj_scales": rng.integers(118, 130, (2, 3, 2), dtype=np.uint8)},
+            {"quant_method": "mxfp4"},
+        ),
+        "nvfp4": (  # compressed-tensors nvfp4-pack-quantized, W4A4
+            {"n.weight_packed": words((4, 16)), "n.weight_scale": rng.uniform(0.1, 40, (4, 2))
+             .astype(e4m3), "n.weight_global_scale": np.array([37.5], np.float32),
+             "n.input_global_scale": np.array([3.0], np.float32)},
+            {"quant_method": ct, "format": "nvfp4-pack-quantized",
+             "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float"}}}},
+        ),
+        "nvfp4-modelopt": (  # ModelOpt's names: weight U8, weight_scale, weight_scale_2
+            {"o.weight": words((2, 16)), "o.weight_scale": np.ones((2, 2), e4m3),
+             "o.weight_scale_2": np.array([0.25], np.float32)},
+            {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+        ),
+        "int-pack": (  # int4 in groups of 32, asymmetric, with activation order (g_idx)
+            {"q.weight_packed": words((4, 8), np.int32),
+             "q.weight_scale": rng.uniform(0.01, 1, (4, 2)).astype(np.float16),
+             "q.weight_zero_point": words((1, 2), np.int32),
+             "q.weight_shape": np.array([4, 64], np.int64),
+             "q.weight_g_idx": rng.permutation(np.arange(64) // 32).astype(np.int32)},
+            {"quant_method": ct, "format": "pack-quantized",
+             "config_groups": {"group_0": {"weights": int4}}},
+        ),
+        "int-pack-names": (  # no config: 3-bit codes per channel, bits from an I32 weight_shape
+            {"p.weight_packed": words((2, 3), np.int32),
+             "p.weight_scale": np.full((2, 1), 0.5, np.float32),
+             "p.weight_shape": np.array([2, 32], np.int32)},
+            None,
+        ),
+    }  # fmt: skip
 
 
 def _torch_bytes(obj: Any, **options: Any) -> bytes:

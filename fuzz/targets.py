@@ -3,7 +3,8 @@
 `exercise` writes the input to one scratch file per process and per parser, then runs the
 format's reader in each read mode (mmap and pread; the PyTorch reader maps only), format
 detection, `get` of every tensor, `get_slice` on the first few, `metadata()`, and the CLI's
-``inspect`` and ``verify`` in-process (a GGUF file also `get_raw` and its typed metadata). A
+``inspect`` and ``verify`` in-process (a GGUF file also `get_raw` and its typed metadata; a
+SafeTensors file also `recognise` over its header and `dequantize_group` of each group). A
 finding is anything
 but a `WeightstoreError` escaping a reader, a CLI exit code other than 0, 1 or 2 (3 is
 "internal error"), a failing CLI command whose stderr is not one ``weightstore: error:``
@@ -20,21 +21,29 @@ import contextlib
 import functools
 import gc
 import io
+import json
 import os
 import tempfile
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
+
+import numpy as np
 
 from fuzz.index_targets import INDEX_PARSERS, exercise_index
 from weightstore import cli, formats
 from weightstore.burnpack import BurnpackReader
 from weightstore.errors import WeightstoreError
+from weightstore.quantized import dequantize_group, recognise
+from weightstore.quantized._hf_int import LAYOUT as INT_PACK
+from weightstore.quantized._hf_int import resolve_int_pack
 from weightstore.safetensors import SafetensorsReader
 
 __all__ = [
     "CONTAINER_PARSERS",
+    "COUNTS",
     "PARSERS",
     "Finding",
     "check",
@@ -154,7 +163,58 @@ def _burnpack(path: str) -> None:
 def _safetensors(path: str) -> None:
     for mode in ("mmap", "pread"):
         with contextlib.suppress(WeightstoreError), open_safetensors(path, mode=mode) as reader:
+            if mode == "mmap":  # the arrays are the same in both modes; the groups once
+                _exercise_groups(reader)
             _exercise_reader(reader)
+
+
+COUNTS: Final[Counter[str]] = Counter()
+"""How far inputs got down the quantized-group path (files with groups, groups recognised,
+dequantized, refused); the fuzz runner adds them to its summary."""
+
+_MAX_CONFIG_LEN: Final = 10_000  # characters of a metadata quantization_config parsed as JSON
+
+
+def _configs(reader: Any) -> list[Any]:
+    """None (recognition by names), then the ``quantization_config`` the file's metadata
+    carries, as JSON, when it parses (a seed's own; any value, for the rules to refuse)."""
+    text = reader.metadata().get("quantization_config")
+    if not isinstance(text, str) or len(text) > _MAX_CONFIG_LEN:
+        return [None]
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError):
+        return [None]
+    return [None, config] if isinstance(config, dict) else [None]
+
+
+def _exercise_groups(reader: Any) -> None:
+    """`recognise` over the header (name -> (dtype name, shape)) under each config, then each
+    group's `dequantize_group` from the arrays `get` returns (an int-pack group first settled by
+    `resolve_int_pack` from its weight_shape values, as a reader must); typed errors only."""
+    header = {}
+    for name in reader.names():
+        descriptor = reader.descriptor(name)
+        header[name] = (descriptor.dtype.name, tuple(descriptor.shape))
+    for config in _configs(reader):
+        try:
+            groups, _plain = recognise(header, config)
+        except WeightstoreError:
+            COUNTS["recognise refused"] += 1
+            continue
+        COUNTS["groups recognised"] += len(groups)
+        for group in groups:
+            try:
+                parts = {part: reader.get(part) for part in group.parts}
+                if group.layout == INT_PACK:
+                    shape = parts[group.companions["shape"]]
+                    group = resolve_int_pack(group, shape, {p: header[p] for p in group.parts})
+                values = dequantize_group(group, parts)
+                with np.errstate(all="ignore"):  # infinities and NaN are values here
+                    values.sum()
+                COUNTS["groups dequantized"] += 1
+            except WeightstoreError:
+                COUNTS["dequantize refused"] += 1
 
 
 def _pytorch(path: str) -> None:
