@@ -9,7 +9,8 @@
   it did: ``<ExceptionClass>-*`` (saved by the harness), ``timeout-*``, ``oom-*`` or
   ``crash-*`` (saved by libFuzzer); the ``.txt`` beside it, where and what.
 - The seeds read cleanly, and the structure-aware mutators produce inputs the targets survive
-  (no atheris needed).
+  (no atheris needed); the SafeTensors seeds' quantized groups dequantize, and their mutants
+  still open and are refused by the group path with the part at fault named.
 - A smoke run of each target under atheris, a few hundred inputs in seconds; skipped when atheris
   is not installed. ``pytest -m slow`` runs 20,000 inputs per parser; the long run is
   ``python -m fuzz.run --parser P --runs 1000000`` (docs/security.md).
@@ -17,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -28,10 +30,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fuzz import index_mutators, index_targets, mutators, targets
+from fuzz import index_mutators, index_targets, mutators, quantized_mutators, targets
 from fuzz.run import CORPUS, CRASHERS, PARSERS, REPLAY_CPU_S, replay
 from weightstore import formats, open_reader
-from weightstore.errors import DTypeError, QuantizedTensorError
+from weightstore.errors import (
+    DTypeError,
+    QuantizedLayoutError,
+    QuantizedTensorError,
+    WeightstoreError,
+)
+from weightstore.quantized import dequantize_group, recognise
+from weightstore.quantized._hf_int import resolve_int_pack
+from weightstore.safetensors import SafetensorsReader
 
 MUTATORS = {**mutators.MUTATORS, **index_mutators.INDEX_MUTATORS}
 
@@ -180,6 +190,130 @@ def test_mutators_decline_what_is_not_their_format() -> None:
     assert index_mutators.mutate_dcp_index(b"{x", rng) is None
 
 
+def _quantized_seed(label: str) -> bytes:
+    return (CORPUS / "safetensors" / f"seed-quantized-{label}").read_bytes()
+
+
+def _groups_of(data: bytes) -> tuple[Any, list[Any], dict[str, Any]]:
+    """What the target does with a file's groups, by hand: the reader, its groups under the
+    metadata's config, and the arrays of their parts."""
+    reader = SafetensorsReader.from_bytes(data)
+    config = json.loads(reader.metadata().get("quantization_config", "null"))
+    header = {
+        n: (reader.descriptor(n).dtype.name, reader.descriptor(n).shape) for n in reader.names()
+    }
+    groups, _ = recognise(header, config)
+    return reader, groups, header
+
+
+def test_quantized_seeds_dequantize_every_layout() -> None:
+    """Each seed's groups, through the target and by hand: every layout is reached, and each
+    dequantizes to its logical shape with the values of the references' formulas."""
+    layouts: set[str] = set()
+    for path in _seeds("safetensors"):
+        if not path.name.startswith("seed-quantized-"):
+            continue
+        targets.COUNTS.clear()
+        targets.check("safetensors", path.read_bytes(), thorough=True)
+        reader, groups, header = _groups_of(path.read_bytes())
+        assert groups and targets.COUNTS["groups dequantized"] >= len(groups), path.name
+        assert targets.COUNTS["dequantize refused"] == 0, path.name
+        for group in groups:
+            parts = {name: reader.get(name) for name in group.parts}
+            if group.layout == "int-pack":
+                group = resolve_int_pack(group, parts[group.companions["shape"]], header)
+            values = dequantize_group(group, parts)
+            assert values.shape == group.logical_shape and values.dtype == np.float32
+            layouts.add(group.layout)
+            if group.layout == "nvfp4" and "global_scale" in group.companions:
+                # fp4 * (scale / global): the first byte's low nibble, in block 0 of row 0
+                code = parts[group.codes][0, 0] & 0x0F
+                e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6][code]
+                scale = np.float32(parts[group.companions["scale"]][0, 0])
+                divided = scale / parts[group.companions["global_scale"]][0]
+                assert values[0, 0] == np.float32(e2m1) * divided
+    assert layouts == {"fp8-block", "fp8-channel", "fp8-tensor", "mxfp4", "nvfp4", "int-pack"}
+
+
+def _edited(file: bytes, name: str, **changes: Any) -> bytes:
+    """`file` with tensor `name` changed (dtype, shape, data) and laid out again."""
+    parsed = quantized_mutators._decode(file)
+    assert parsed is not None
+    tensors, metadata = parsed
+    [tensor] = [t for t in tensors if t["name"] == name]
+    tensor.update(changes)
+    return quantized_mutators._encode(tensors, metadata)
+
+
+EDITS = [  # (seed, tensor, change, refused at, companion at fault)
+    ("int-pack", "q.weight_g_idx", {"data": np.full(64, 2, "<i4").tobytes()}, "dequantize",
+     "q.weight_g_idx"),
+    ("int-pack", "q.weight_shape", {"data": np.array([4, 2**40], "<i8").tobytes()},
+     "dequantize", "q.weight_shape"),
+    ("int-pack", "q.weight_shape", {"data": np.array([4, -64], "<i8").tobytes()}, "dequantize",
+     "q.weight_shape"),
+    ("int-pack", "q.weight_packed", {"shape": [4, 7], "data": bytes(4 * 7 * 4)}, "recognise",
+     "q.weight_scale"),
+    ("int-pack", "q.weight_scale", {"dtype": "F8_E4M3", "data": bytes(8)}, "recognise",
+     "q.weight_scale"),
+    ("nvfp4", "n.weight_global_scale", {"data": np.float32("inf").tobytes()}, "dequantize",
+     "n.weight_global_scale"),
+    ("nvfp4", "n.weight_global_scale", {"data": np.float32("nan").tobytes()}, "dequantize",
+     "n.weight_global_scale"),
+    ("nvfp4-modelopt", "o.weight_scale_2", {"data": np.float32("-inf").tobytes()}, "dequantize",
+     "o.weight_scale_2"),
+    ("nvfp4", "n.weight_scale", {"shape": [4, 3], "data": bytes(12)}, "recognise",
+     "n.weight_scale"),
+    ("nvfp4", "n.weight_scale", {"dtype": "F16", "data": bytes(16)}, "recognise",
+     "n.weight_scale"),
+    ("mxfp4", "e.gate_up_proj_scales", {"shape": [2, 3, 3], "data": bytes(18)}, "recognise",
+     "e.gate_up_proj_scales"),
+    ("fp8-block", "a.weight_scale_inv", {"shape": [3, 2], "data": bytes(24)}, "recognise",
+     "a.weight_scale_inv"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("seed", "name", "change", "stage", "companion"), EDITS)
+def test_mutated_quantized_seeds_are_refused_with_the_part_at_fault(
+    seed: str, name: str, change: dict[str, Any], stage: str, companion: str
+) -> None:
+    """The mutations the fuzzer makes, made by hand: the file still opens, and the group
+    path refuses it with a QuantizedLayoutError naming the part, which the target accepts."""
+    data = _edited(_quantized_seed(seed), name, **change)
+    with pytest.raises(QuantizedLayoutError) as caught:
+        reader, groups, header = _groups_of(data)
+        assert stage == "dequantize"  # recognition passed: the values are what is wrong
+        for group in groups:
+            parts = {part: reader.get(part) for part in group.parts}
+            if group.layout == "int-pack":
+                group = resolve_int_pack(group, parts[group.companions["shape"]], header)
+            dequantize_group(group, parts)
+    assert caught.value.companion == companion
+    assert repr(companion) in str(caught.value)
+    targets.COUNTS.clear()
+    targets.check("safetensors", data, thorough=True)  # typed: no finding
+    refusals = "recognise refused" if stage == "recognise" else "dequantize refused"
+    assert targets.COUNTS[refusals] >= 1
+
+
+def test_the_quantized_mutator_keeps_files_opening() -> None:
+    """Edits of shapes and dtypes resize the data, so most mutants still open and reach the
+    group path; the byte-level mutators would have broken their offsets."""
+    for path in _seeds("safetensors"):
+        data = path.read_bytes()
+        outputs = [quantized_mutators.mutate_quantized(data, random.Random(s)) for s in range(30)]
+        if not path.name.startswith("seed-quantized-"):
+            assert outputs == [None] * 30, path.name  # no quantized part: not its file
+            continue
+        changed = [out for out in outputs if out is not None and out != data]
+        opened = 0
+        for out in changed:
+            with contextlib.suppress(WeightstoreError), SafetensorsReader.from_bytes(out) as r:
+                r.names()
+                opened += 1
+        assert len(changed) >= 20 and opened >= 0.8 * len(changed), path.name
+
+
 def test_cli_stderr_is_one_error_line_on_failure() -> None:
     error = "weightstore: error: a.safetensors: truncated\n"
     warning = "weightstore: warning: stray shard\n"
@@ -234,6 +368,9 @@ def test_a_dead_worker_log_gives_its_count_cause_and_place(tmp_path: Path) -> No
     assert outcome.death == "timeout"
     assert outcome.where == "pytorch_reader/_walk.py:107 (walk)"
     assert outcome.artifact == Path("c/timeout-abc")
+    assert outcome.peak_rss_mb == 0  # no status line in this run's part of the log
+    log.write_bytes(b"#512\tNEW cov: 9 ft: 9 rss: 81Mb L: 8\n#1024\tpulse rss: 97Mb\n")
+    assert _outcome(log, offset=0).peak_rss_mb == 97
 
 
 # -- atheris ---------------------------------------------------------------------------------------
