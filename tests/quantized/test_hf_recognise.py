@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from tests._optional import need
 from weightstore.errors import MetadataError, QuantizedLayoutError
-from weightstore.quantized import QuantizedGroup, recognise
+from weightstore.quantized import QuantizedGroup, dequantize_group, recognise
 from weightstore.quantized._hf_recognise import RULES, StoredTensor
 
 DEEPSEEK = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
@@ -336,3 +338,42 @@ def test_a_safetensors_file_read_by_weightstore_end_to_end(tmp_path: Any) -> Non
     assert np.array_equal(values["l.weight"], as_numpy(expected))
     moe = mxfp4.convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).transpose(1, 2)
     assert np.array_equal(values["e.up"], as_numpy(moe))
+
+
+# --- empty codes: what the fuzzer found ---------------------------------------------------------
+
+
+def test_a_channel_block_of_empty_rows_is_one_column_not_zero() -> None:
+    """ModelOpt's per-channel strategy on codes of no columns took the block (1, 0) and divided
+    by it (``fuzz/crashers/safetensors/ZeroDivisionError-092987da-*``: codes [2**62, 0]);
+    now such rows have a one-column block, and a scale that fits no strategy is refused."""
+    tensors = {"o.weight": ("F8_E4M3", (2**62, 0)), "o.weight_scale": ("I8", (2, 2))}
+    with pytest.raises(QuantizedLayoutError, match="scale is I8") as caught:
+        recognise(tensors, MODELOPT)
+    assert (caught.value.codes, caught.value.companion) == ("o.weight", "o.weight_scale")
+    tensors["o.weight_scale"] = ("F32", (2, 2))
+    with pytest.raises(QuantizedLayoutError, match=r"scale has shape \[2, 2\]"):
+        recognise(tensors, MODELOPT)
+
+
+@pytest.mark.parametrize(
+    ("config", "scale_shape"),
+    [(MODELOPT, (3, 1)), (MODELOPT, (3,)), (None, (3,))],
+)
+def test_empty_rows_with_one_scale_each_are_a_channel_group(
+    config: dict | None, scale_shape: tuple[int, ...]
+) -> None:
+    tensors = {"m.weight": ("F8_E4M3", (3, 0)), "m.weight_scale": ("F32", scale_shape)}
+    group = only(recognise(tensors, config)[0])
+    assert (group.layout, group.block, group.logical_shape) == ("fp8-channel", (1, 1), (3, 0))
+    codes = np.empty((3, 0), ml_dtypes.float8_e4m3fn)
+    parts = {"m.weight": codes, "m.weight_scale": np.ones(scale_shape, "f4")}
+    assert dequantize_group(group, parts).shape == (3, 0)
+
+
+def test_a_scale_grid_of_empty_codes_implies_no_block() -> None:
+    """Without a config the block is read from the grid; codes of no rows divide into any
+    grid, which would give a zero-row block: DeepSeek's is tried instead, and refused."""
+    tensors = {"w": ("F8_E4M3", (0, 256)), "w_scale_inv": ("F32", (2, 2))}
+    with pytest.raises(QuantizedLayoutError, match=r"in 128x128 blocks need \[0, 2\]"):
+        recognise(tensors)

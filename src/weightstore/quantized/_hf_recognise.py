@@ -36,6 +36,7 @@ from weightstore.quantized._hf_shapes import (
     check_fp8_dtypes,
     check_mxfp4,
     fp8_accepts_scale,
+    fp8_row_block,
     fp8_scale_mismatch,
     mxfp4_logical_shape,
 )
@@ -98,7 +99,7 @@ def _method(config: Mapping[str, object] | None) -> str | None:
 def _fp8_layout(block: tuple[int, ...], shape: tuple[int, ...]) -> str:
     if not block or (len(shape) == 2 and block == shape):
         return "fp8-tensor"
-    if len(shape) == 2 and block == (1, shape[1]):
+    if len(shape) == 2 and block == (1, fp8_row_block(shape[1])):
         return "fp8-channel"
     return "fp8-block"
 
@@ -219,7 +220,7 @@ def _strategy_block(
     if strategy == "tensor":
         return ()
     if strategy == "channel":
-        return (1, columns)
+        return (1, fp8_row_block(columns))
     if strategy == "block":
         return _config_block(weights, "block_structure", path) or None
     group_size = weights.get("group_size")
@@ -343,12 +344,13 @@ def _inferred_fp8_block(
     matrix = (1,) * max(0, 2 - len(codes_shape)) + codes_shape
     rows, columns = matrix[-2:]
     if len(codes_shape) == 2 and scale_shape == (rows,):
-        return (1, columns)
+        return (1, fp8_row_block(columns))
     if fp8_accepts_scale(codes_shape, DEEPSEEK_BLOCK, scale_shape):
         return DEEPSEEK_BLOCK
     if len(scale_shape) == len(matrix) and scale_shape[:-2] == matrix[:-2]:
         grid_rows, grid_columns = scale_shape[-2:]
-        if grid_rows and grid_columns and rows % grid_rows == 0 and columns % grid_columns == 0:
+        nonzero = grid_rows and grid_columns and rows and columns  # empty codes imply no block
+        if nonzero and rows % grid_rows == 0 and columns % grid_columns == 0:
             return (rows // grid_rows, columns // grid_columns)
     return DEEPSEEK_BLOCK
 

@@ -24,6 +24,7 @@ __all__ = [
     "check_fp8_dtypes",
     "check_mxfp4",
     "fp8_accepts_scale",
+    "fp8_row_block",
     "fp8_scale_grid",
     "fp8_scale_mismatch",
     "mxfp4_logical_shape",
@@ -95,14 +96,23 @@ def fp8_accepts_scale(
     """Whether `scale_shape` holds the scales of `block`-sized blocks of `codes_shape`: the grid
     exactly, or the same number of scales in the spellings producers use for one scale
     (``()``, ``[1]``) and for one per row (``[rows]`` beside ``[rows, 1]``)."""
+    if any(size <= 0 for size in block):
+        return False  # no block of no elements (`check_fp8` says so)
     grid = fp8_scale_grid(codes_shape, block)
     if scale_shape == grid:
         return True
     if not block:
         return math.prod(scale_shape) == 1 and len(scale_shape) <= 2
-    rows = _as_matrix(codes_shape)[-2]
-    per_row = len(codes_shape) == 2 and block == (1, _as_matrix(codes_shape)[-1])
-    return per_row and scale_shape == (rows,)
+    rows, columns = _as_matrix(codes_shape)[-2:]
+    per_row = len(codes_shape) == 2 and block == (1, fp8_row_block(columns))
+    # [rows, 1] is the grid unless the rows are empty: a producer still writes one per row
+    return per_row and scale_shape in ((rows,), (rows, 1))
+
+
+def fp8_row_block(columns: int) -> int:
+    """Columns of a one-scale-per-row block: the row, or 1 for rows of no columns (a block
+    size is positive, and an empty row still has its scale)."""
+    return max(columns, 1)
 
 
 def check_fp8_dtypes(
