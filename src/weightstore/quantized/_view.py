@@ -59,8 +59,8 @@ class QuantizedView:
     readable one by one through `get`.
 
     Raises (at construction):
-        QuantizedLayoutError: a group whose parts disagree, naming both tensors.
-        DescriptorError: an int-pack group's ``weight_shape`` that disagrees with its codes.
+        QuantizedLayoutError: a group whose parts disagree, naming both tensors (an int-pack
+            group's ``weight_shape`` that disagrees with its codes included).
     """
 
     __slots__ = ("_by_part", "_entries", "_groups", "_path", "_reader", "_stored")
@@ -179,8 +179,8 @@ class QuantizedView:
         Raises:
             TensorNotFoundError: no group has that name (the reader's error, for a plain one).
             DTypeError: `dtype` is another dtype.
-            QuantizedLayoutError, DescriptorError: parts that disagree, found before the
-                output is allocated.
+            QuantizedLayoutError: parts that disagree, found before the output is allocated
+                (the readers' own `DescriptorError` for a torch or Burn tensor).
         """
         group, output = self._decoded(name, dtype)
         reader: Any = self._reader
