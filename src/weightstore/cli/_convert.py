@@ -6,6 +6,7 @@ extension or ``--format`` names, and every flag is a builder of one of the two s
 
     --top-level-key            source   PyTorch: the tensors under one key (a dotted path)
     --allow-objects            source   PyTorch: read a pickle naming globals that run code
+    --dequantize               source   quantized tensors read as their values (`with_dequantize`)
     --filter, --remap          dest     which tensors, renamed how (source names; rules chain)
     --to-burn, --from-burn     dest     `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter`
     --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
@@ -30,6 +31,11 @@ a file does not record; the library infers it from names and shapes
 (`weightstore.adapters.assign_module_types`, as a model-free `save_into` does), and
 ``--module-type PATTERN=TYPE`` says it where inference cannot (`weightstore.cli._modules`). A
 local SRC's ``config.json`` beside it types a Hugging Face model's layers by name.
+
+A quantized tensor stored as several (FP8 codes and their scales, an MXFP4 pair) is copied
+part by part, byte for byte, unless ``--dequantize`` asks for its values: then it is written
+as one float tensor under its logical name. Where DST cannot hold the parts (GGUF, or a torch
+quantized tensor's scales, which live in its pickle) the store refuses, naming the flag.
 """
 
 from __future__ import annotations
@@ -125,6 +131,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "as Q8_0 or Q4_0 blocks (norms, biases and vectors stay as they are)",
     )
     parser.add_argument(
+        "--dequantize",
+        choices=list(DTYPE_CHOICES),
+        type=str.lower,
+        help="write each quantized tensor (FP8, MXFP4, NVFP4, int-packed groups, torch "
+        "quantized tensors, Burn QFloat) as its values in this dtype, under its logical name "
+        "(default: copy its stored parts as they are)",
+    )
+    parser.add_argument(
         "--filter", metavar="REGEX", action="append", help="keep matching names (repeatable: any)"
     )
     for flag, metavar, split_last, text in _PAIR_FLAGS:
@@ -169,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
         opened = Store.from_file(args.src, storage_options=storage)
         if args.allow_objects and "allow_objects" in opened.format.store_options:
             opened = opened.allow_objects()
+        if args.dequantize is not None:
+            opened = opened.with_dequantize(args.dequantize)
         source_store = opened.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
@@ -222,7 +238,8 @@ def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSn
     """The store's snapshots (its names, order and checks), each read through `reader`. The
     source store neither remaps nor renumbers, so its names are the reader's. The writer
     asks for one tensor at a time, so when it asks for one it is done with the one before:
-    that one is released first."""
+    that one is released first. A quantized tensor read as its values (``--dequantize``)
+    keeps the store's own load, which decodes it; the reader's `get` would refuse it."""
     read: list[str] = []
 
     def load(name: str) -> np.ndarray[Any, Any]:
@@ -232,7 +249,10 @@ def _streamed(snapshots: Sequence[TensorSnapshot], reader: Any) -> list[TensorSn
         array: np.ndarray[Any, Any] = reader.get(name)
         return array
 
-    return [s.replace(load=functools.partial(load, s.full_path)) for s in snapshots]
+    return [
+        s if stored_blocks(s) is not None else s.replace(load=functools.partial(load, s.full_path))
+        for s in snapshots
+    ]
 
 
 def _write(
