@@ -4,7 +4,9 @@ Each file's format comes from its bytes (`weightstore.formats`); no tensor data 
 that fails prints its one-line error and the others are still listed. A PyTorch checkpoint
 whose pickle names globals that would run code (`weightstore.pytorch_reader._policy`) is
 listed in full, then refused with exit code 2 unless ``--allow-objects``; one holding a user's
-classes (a whole-module save) lists them as objects and warns, exit 0.
+classes (a whole-module save) lists them as objects and warns, exit 0. A quantized tensor
+stored as several (FP8 codes and scales) is listed once more as one row, its parts under it
+(`weightstore.cli._report_quantized`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from weightstore.cli._keys import class_warning
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._render import json_document, render_text
 from weightstore.cli._report import FileReport, summarize
+from weightstore.cli._report_quantized import filter_groups, with_groups
 from weightstore.cli._text import dump_json
 from weightstore.paths import PathFilter
 
@@ -67,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             with about(path):
                 summary = summarize(path, top_level_key=args.top_level_key, storage_options=storage)
+                summary = with_groups(summary, args.top_level_key, storage)
                 report = _filtered(summary, keep)
         except Exception as err:
             code = max(code, report_failure(err, args.debug))
@@ -93,7 +97,10 @@ def _filtered(report: FileReport, keep: PathFilter | None) -> FileReport:
     if keep is None:
         return report
     rows = [row for row in report.tensors if keep.matches(row.name)]
-    return dataclasses.replace(report, tensors=rows, listed_from=len(report.tensors))
+    groups = filter_groups(report, keep)
+    return dataclasses.replace(
+        report, tensors=rows, listed_from=len(report.tensors), quantized=groups
+    )
 
 
 def flag_damage(report: FileReport) -> int:

@@ -14,6 +14,7 @@ from weightstore.base._render import bounded_int
 from weightstore.cli._keys import keys_text, place, suggested_key
 from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
 from weightstore.cli._report import FileReport, SetSummary, TensorRow
+from weightstore.cli._report_quantized import GroupRow
 from weightstore.cli._text import dump_json, plural, printable, shortened
 from weightstore.dtypes import DType
 
@@ -65,6 +66,8 @@ def json_document(report: FileReport) -> dict[str, Any]:
             name: {"tensors": count, "nbytes": nbytes}
             for name, (count, nbytes) in _ggml_totals(report.tensors).items()
         }
+    if report.quantized:
+        document["quantized"] = [_json_group(group) for group in report.quantized]
     if report.listed_from is not None:
         document["tensors_before_filter"] = report.listed_from
     if report.set is not None:
@@ -80,6 +83,22 @@ def json_document(report: FileReport) -> dict[str, Any]:
     if report.tensor_keys:
         document["tensor_keys"] = report.tensor_keys
     return document
+
+
+def _json_group(group: GroupRow) -> dict[str, Any]:
+    return {
+        "name": group.name,
+        "layout": group.layout,
+        "logical_shape": list(group.logical_shape),
+        "block": list(group.block),
+        "rule": group.rule,
+        "nbytes": group.nbytes,
+        "parts": [
+            {"name": p.name, "role": p.role, "dtype": p.dtype, "shape": list(p.shape),
+             "nbytes": p.nbytes}
+            for p in group.parts
+        ],
+    }  # fmt: skip
 
 
 def _json_set(summary: SetSummary) -> dict[str, Any]:
@@ -175,22 +194,59 @@ def _ggml_totals(rows: list[TensorRow]) -> dict[str, tuple[int, int]]:
     return dict(sorted(totals.items(), key=lambda item: (-item[1][1], item[0])))
 
 
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
 def _tensor_lines(report: FileReport) -> list[str]:
+    parts = {part.name for group in report.quantized for part in group.parts}
     rows = [
         (
             printable(row.name),
             row.ggml or _dtype_name(row.dtype),
-            "[" + ", ".join(map(str, row.shape)) + "]",
+            _shape_text(row.shape),
             bounded_int(row.nbytes),
             _offset_cell(row),
         )
         for row in report.tensors
+        if row.name not in parts  # listed under their group
     ]
+    if not rows and parts:
+        return []
     offset = "storage:offset" if any(row.storage for row in report.tensors) else "offset"
     if any(row.chunks is not None for row in report.tensors):
         offset = "chunks"  # DCP: a whole tensor is pieces of rank files, not one offset
     kind = "type" if any(row.ggml is not None for row in report.tensors) else "dtype"
     return _table(("name", kind, "shape", "bytes", offset), rows, right={3, 4})
+
+
+def _group_lines(groups: Sequence[GroupRow]) -> list[str]:
+    """Each quantized tensor as one row (logical name, layout, logical shape, the bytes of
+    all its parts), then the rule that recognised it and its parts, indented."""
+    if not groups:
+        return []
+    rows: list[tuple[str, ...]] = []
+    rules: dict[int, str] = {}  # table row -> the rule line printed after it
+    for group in groups:
+        rules[len(rows)] = f"    rule: {printable(group.rule)}" + (
+            f"; block {'x'.join(map(str, group.block))}" if group.block else ""
+        )
+        rows.append(
+            (printable(group.name), group.layout, _shape_text(group.logical_shape),
+             bounded_int(group.nbytes))
+        )  # fmt: skip
+        rows += [
+            (f"    {printable(p.name)}", f"{p.role} {p.dtype}", _shape_text(p.shape),
+             bounded_int(p.nbytes))
+            for p in group.parts
+        ]  # fmt: skip
+    table = _table(("quantized", "layout", "shape", "bytes"), rows, right={3})
+    lines = [table[0]]
+    for index, line in enumerate(table[1:]):
+        lines.append(line)
+        if index in rules:
+            lines.append(rules[index])
+    return ["", *lines]
 
 
 def _total(report: FileReport) -> str:
@@ -202,6 +258,13 @@ def _total(report: FileReport) -> str:
     if report.listed_nbytes != report.total_nbytes:  # tied tensors: one storage, two names
         shared = f" (shared storage counted once; {bounded_int(report.listed_nbytes)} listed)"
     total = f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
+    if report.quantized:
+        parts = sum(len(group.parts) for group in report.quantized)
+        total += (
+            f"\nquantized: {plural(len(report.quantized), 'tensor')} stored as "
+            f"{plural(parts, 'part')}, {bounded_int(sum(g.nbytes for g in report.quantized))} "
+            "bytes"
+        )
     by_type = _ggml_totals(report.tensors)
     if not by_type:
         return total
@@ -260,6 +323,7 @@ def render_text(report: FileReport) -> str:
         *_key_lines(report.tensor_keys),
         "",
         *_tensor_lines(report),
+        *_group_lines(report.quantized),
         "",
         _total(report),
     ]

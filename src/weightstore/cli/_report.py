@@ -43,6 +43,7 @@ from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
 from weightstore.locate import Kind, locate, reading_format
 
 if TYPE_CHECKING:
+    from weightstore.cli._report_quantized import GroupRow
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
     from weightstore.sets import SetReader
 
@@ -131,6 +132,9 @@ class FileReport:
     tensor_keys: dict[str, int] = field(default_factory=dict)
     listed_from: int | None = None  # tensors before `--filter`, when one was applied
     set: SetSummary | None = None  # a sharded set's own facts
+    # Quantized tensors stored as several (or as one no dtype describes), each listed once
+    # with its parts (`weightstore.cli._report_quantized`); their parts stay in `tensors`.
+    quantized: list[GroupRow] = field(default_factory=list)
 
     @property
     def total_nbytes(self) -> int:
