@@ -11,18 +11,24 @@ another GGUF file's or any other format's tensor; its dtype in the report is its
 (``Q4_K``), so ``Q8_0 vs F32`` says what each file stores. Two tensors of one ggml type whose
 blocks are byte for byte the same are equal without being dequantized ("identical blocks").
 
+A quantized tensor that SafeTensors, burnpack or PyTorch stores as several tensors (FP8 codes
+and scales) is one entry under its logical name, compared part by part or by its dequantized
+values, against a group or a plain tensor (`weightstore.cli._diff_quantized`).
+
 Exit codes: 0 the files hold the same tensors, 1 they differ, 2 a file could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from weightstore.base._record import ValueRecord
 from weightstore.cli._compare import Difference, compare_arrays, compare_bytes
+from weightstore.cli._diff_quantized import Entries, QuantizedDiff, compare_entry, entries_of
 from weightstore.cli._errors import EXIT_DIFFERENT, EXIT_OK, about
 from weightstore.cli._open import honours_top_level_key, open_file, storage_options_of
 from weightstore.cli._progress import Progress
@@ -56,6 +62,8 @@ class DiffReport:
             tolerance) values.
         identical_blocks: ``(name, ggml type)`` for the equal GGUF tensors whose quantized
             blocks are byte for byte the same, so were not dequantized.
+        quantized: the names quantized on either side (a group of several stored tensors,
+            a torch quantized tensor), compared by their parts or values.
     """
 
     a: Side
@@ -68,13 +76,14 @@ class DiffReport:
     common: int = 0
     equal: int = 0
     identical_blocks: list[tuple[str, str]] = field(default_factory=list)
+    quantized: list[QuantizedDiff] = field(default_factory=list)
 
     @property
     def different(self) -> bool:
         """Whether anything differs."""
         return bool(
             self.only_in_a or self.only_in_b or self.dtype_changed or self.shape_changed
-            or self.values_differ
+            or self.values_differ or any(q.differing for q in self.quantized)
         )  # fmt: skip
 
 
@@ -124,7 +133,8 @@ def compare_files(
 ) -> DiffReport:
     """Match the two readers' tensors by name and compare each pair."""
     (fmt_a, reader_a), (fmt_b, reader_b) = a, b
-    names_a, names_b = set(reader_a.names()), set(reader_b.names())
+    entries_a, entries_b = entries_of(args.a, reader_a), entries_of(args.b, reader_b)
+    names_a, names_b = entries_a.names(), entries_b.names()
     report = DiffReport(
         Side(args.a, fmt_a.name, len(names_a)),
         Side(args.b, fmt_b.name, len(names_b)),
@@ -133,8 +143,11 @@ def compare_files(
     )
     common = sorted(names_a & names_b)
     report.common = len(common)
+    grouped = _grouped(report, common, entries_a, entries_b)
     comparable = []
     for name in common:
+        if entries_a.group(name) is not None or entries_b.group(name) is not None:
+            continue  # compared by its logical values below
         info_a, info_b = reader_a.descriptor(name), reader_b.descriptor(name)
         if tuple(info_a.shape) == tuple(info_b.shape):
             comparable.append((name, info_a, info_b))
@@ -144,6 +157,7 @@ def compare_files(
         if type_a != type_b:  # no values to compare either
             report.dtype_changed.append((name, type_a, type_b, None))
     total = sum(a.dtype.nbytes(tuple(a.shape)) for _, a, _ in comparable)
+    total += sum(4 * math.prod(shape) for shape in grouped.values())  # float32 values
     for reader in (reader_a, reader_b):  # a URL's reader fetches them in large batches
         plan = getattr(reader, "plan_reads", None)
         if plan is not None:
@@ -157,8 +171,30 @@ def compare_files(
                 continue
             _record(report, name, type_a, type_b,
                     _compare_one(reader_a, reader_b, name, args, progress.advance))  # fmt: skip
+        for name in grouped:
+            found = compare_entry(name, entries_a, entries_b, stored_type,
+                                  (args.atol, args.rtol), progress.advance)  # fmt: skip
+            report.quantized.append(found)
+            report.equal += not found.differing
     report.dtype_changed.sort(key=lambda entry: entry[0])
     return report
+
+
+def _grouped(
+    report: DiffReport, common: list[str], a: Entries, b: Entries
+) -> dict[str, tuple[int, ...]]:
+    """The names quantized on either side whose logical shapes agree, with that shape; the
+    others are recorded as shape changes. Compared apart (`weightstore.cli._diff_quantized`)."""
+    grouped: dict[str, tuple[int, ...]] = {}
+    for name in common:
+        if a.group(name) is None and b.group(name) is None:
+            continue
+        shape_a, shape_b = a.shape(name), b.shape(name)
+        if shape_a == shape_b:
+            grouped[name] = shape_a
+        else:
+            report.shape_changed.append((name, list(shape_a), list(shape_b)))
+    return grouped
 
 
 def stored_type(info: Any) -> str:
@@ -259,6 +295,19 @@ def _values_note(found: Difference | None) -> str:
     )
 
 
+def _quantized_line(found: QuantizedDiff) -> str:
+    head = f"quantized: {printable(found.name)}: {found.a} vs {found.b}: "
+    d = found.values
+    if d is None:
+        return head + "identical parts"
+    if not d.differing:
+        return head + f"values equal ({d.numel:,} elements)"
+    return head + (
+        f"{d.differing:,} of {d.numel:,} values differ, max abs diff {_number(d.max_abs)}, "
+        f"max rel diff {_number(d.max_rel)}"
+    )
+
+
 def _text(report: DiffReport) -> str:
     a, b = report.a, report.b
     lines = [
@@ -277,6 +326,7 @@ def _text(report: DiffReport) -> str:
         f"max abs diff {_number(d.max_abs)}, max rel diff {_number(d.max_rel)}"
         for name, d in report.values_differ
     ]
+    lines += [_quantized_line(found) for found in report.quantized]
     if report.identical_blocks:
         kinds = sorted({kind for _, kind in report.identical_blocks})
         lines.append(
@@ -322,6 +372,11 @@ def _json(report: DiffReport, args: argparse.Namespace) -> dict[str, Any]:
         "shape_changed": [{"name": n, "a": x, "b": y} for n, x, y in report.shape_changed],
         "values_differ": [{"name": n, **_json_values(d)} for n, d in report.values_differ],
         "identical_blocks": [{"name": n, "type": t} for n, t in report.identical_blocks],
+        "quantized": [
+            {"name": q.name, "a": q.a, "b": q.b, "identical": q.identical,
+             "values": None if q.values is None else _json_values(q.values)}
+            for q in report.quantized
+        ],  # fmt: skip
         "equal_tensors": report.equal,
         "atol": args.atol,
         "rtol": args.rtol,

@@ -25,7 +25,8 @@ __all__ = ["GroupRow", "PartRow", "filter_groups", "with_groups"]
 
 _CODE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "QFLOAT"})
 """Stored dtypes some group's codes have (the view's own candidates); a file with none of them
-holds no group. A torch quantized tensor is listed by the summarizer as unreadable instead."""
+holds no group. A torch quantized tensor is listed by the summarizer as an unreadable one, a
+quantized one; a file whose unreadable tensors are of other kinds (65 dims) is not reopened."""
 _UNREADABLE: Final = "unreadable tensor: "  # how the PyTorch summarizer marks such a tensor
 
 
@@ -97,8 +98,8 @@ def filter_groups(report: FileReport, keep: PathFilter) -> list[GroupRow]:
 def _may_hold_groups(report: FileReport) -> bool:
     if any(row.dtype.name in _CODE_DTYPES for row in report.tensors):
         return True
-    return report.format == "pytorch" and any(
-        text.startswith(_UNREADABLE) for text in report.others.values()
+    return report.format == "pytorch" and any(  # the reader's refusal of a qtensor's `get`
+        text.startswith(_UNREADABLE) and " quantized " in text for text in report.others.values()
     )
 
 
