@@ -373,10 +373,15 @@ def _json(report: DiffReport, args: argparse.Namespace) -> dict[str, Any]:
         "values_differ": [{"name": n, **_json_values(d)} for n, d in report.values_differ],
         "identical_blocks": [{"name": n, "type": t} for n, t in report.identical_blocks],
         "quantized": [
-            {"name": q.name, "a": q.a, "b": q.b, "identical": q.identical,
-             "values": None if q.values is None else _json_values(q.values)}
+            {
+                "name": q.name,
+                "a": q.a,
+                "b": q.b,
+                "identical": q.identical,
+                "values": None if q.values is None else _json_values(q.values),
+            }
             for q in report.quantized
-        ],  # fmt: skip
+        ],
         "equal_tensors": report.equal,
         "atol": args.atol,
         "rtol": args.rtol,

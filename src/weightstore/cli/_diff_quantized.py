@@ -80,7 +80,9 @@ class Entries:
     def shape(self, name: str) -> tuple[int, ...]:
         """The logical shape of entry `name`."""
         group = self.group(name)
-        return group.logical_shape if group is not None else tuple(self.reader.descriptor(name).shape)
+        return (
+            group.logical_shape if group is not None else tuple(self.reader.descriptor(name).shape)
+        )
 
     def stored(self, name: str, plain_type: Callable[[Any], str]) -> str:
         """What entry `name` is stored as: a group's layout, or `plain_type` of its descriptor."""

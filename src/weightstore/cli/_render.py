@@ -259,10 +259,10 @@ def _total(report: FileReport) -> str:
         shared = f" (shared storage counted once; {bounded_int(report.listed_nbytes)} listed)"
     total = f"total: {count}, {numel} elements, {nbytes} bytes{shared}"
     if report.quantized:
-        parts = sum(len(group.parts) for group in report.quantized)
+        stored = sum(len(group.parts) for group in report.quantized)
         total += (
             f"\nquantized: {plural(len(report.quantized), 'tensor')} stored as "
-            f"{plural(parts, 'part')}, {bounded_int(sum(g.nbytes for g in report.quantized))} "
+            f"{plural(stored, 'part')}, {bounded_int(sum(g.nbytes for g in report.quantized))} "
             "bytes"
         )
     by_type = _ggml_totals(report.tensors)
