@@ -13,8 +13,7 @@ from typing import Any
 from weightstore.base._render import bounded_int
 from weightstore.cli._keys import keys_text, place, suggested_key
 from weightstore.cli._objects import MAX_SCAN_DEPTH, MAX_SCAN_NODES, Scan
-from weightstore.cli._report import FileReport, SetSummary, TensorRow
-from weightstore.cli._report_quantized import GroupRow
+from weightstore.cli._report import FileReport, GroupRow, SetSummary, TensorRow
 from weightstore.cli._text import dump_json, plural, printable, shortened
 from weightstore.dtypes import DType
 

@@ -43,12 +43,13 @@ from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
 from weightstore.locate import Kind, locate, reading_format
 
 if TYPE_CHECKING:
-    from weightstore.cli._report_quantized import GroupRow
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
     from weightstore.sets import SetReader
 
 __all__ = [
     "FileReport",
+    "GroupRow",
+    "PartRow",
     "SetSummary",
     "TensorRow",
     "stored_nbytes",
@@ -81,6 +82,34 @@ class TensorRow(ValueRecord):
     def numel(self) -> int:
         """Elements in the tensor."""
         return math.prod(self.shape)
+
+
+class PartRow(ValueRecord):
+    """One stored tensor of a group: its name, its role (``codes``, ``scale``...), dtype,
+    shape and bytes."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+class GroupRow(ValueRecord):
+    """One quantized tensor as `inspect` lists it (`weightstore.quantized.QuantizedGroup`),
+    found by `weightstore.cli._report_quantized`."""
+
+    name: str
+    layout: str
+    logical_shape: tuple[int, ...]
+    block: tuple[int, ...]
+    rule: str
+    parts: tuple[PartRow, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes every part holds in the file."""
+        return sum(part.nbytes for part in self.parts)
 
 
 class SetSummary(ValueRecord):

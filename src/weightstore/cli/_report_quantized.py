@@ -14,47 +14,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from weightstore.base._record import ValueRecord
 from weightstore.cli._open import open_file
-from weightstore.cli._report import FileReport
+from weightstore.cli._report import FileReport, GroupRow, PartRow
 from weightstore.dtypes import from_name
 from weightstore.paths import PathFilter
 from weightstore.quantized import QuantizedGroup
 
-__all__ = ["GroupRow", "PartRow", "filter_groups", "with_groups"]
+__all__ = ["filter_groups", "with_groups"]
 
 _CODE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "QFLOAT"})
 """Stored dtypes some group's codes have (the view's own candidates); a file with none of them
 holds no group. A torch quantized tensor is listed by the summarizer as an unreadable one, a
 quantized one; a file whose unreadable tensors are of other kinds (65 dims) is not reopened."""
 _UNREADABLE: Final = "unreadable tensor: "  # how the PyTorch summarizer marks such a tensor
-
-
-class PartRow(ValueRecord):
-    """One stored tensor of a group: its name, its role (``codes``, ``scale``...), dtype,
-    shape and bytes."""
-
-    name: str
-    role: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int
-
-
-class GroupRow(ValueRecord):
-    """One quantized tensor as `inspect` lists it (`weightstore.quantized.QuantizedGroup`)."""
-
-    name: str
-    layout: str
-    logical_shape: tuple[int, ...]
-    block: tuple[int, ...]
-    rule: str
-    parts: tuple[PartRow, ...]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes every part holds in the file."""
-        return sum(part.nbytes for part in self.parts)
 
 
 def with_groups(
