@@ -23,7 +23,7 @@ from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
 
 __all__ = ["CANDIDATE_DTYPES", "QuantizedView", "stored_infos"]
 
-CANDIDATE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "QFLOAT"})
+CANDIDATE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "I8", "QFLOAT"})
 """Stored dtypes some group's codes have: a file holding none of them has no group, so
 recognition is skipped without looking at names (a bf16 checkpoint pays one set lookup per
 tensor)."""
