@@ -23,6 +23,7 @@ from weightstore.errors import InvalidOptionError, MetadataError, RemapCollision
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorReader
+    from weightstore.dtypes import DType
     from weightstore.quantized import QuantizedGroup
     from weightstore.quantized._view import QuantizedView
     from weightstore.snapshot import TensorSnapshot
@@ -178,10 +179,20 @@ def _decoding(view: QuantizedView, group: QuantizedGroup, dtype_name: str) -> Te
 
     dtype = from_name(dtype_name)
     load = DecodedLoad(view.dequantized, group.name, dtype)  # a part decodes alone
-    stored = StoredBlocks(group.layout, None, functools.partial(view.dequantized, group.name), load)
+    read_as = functools.partial(_decoded_as, view, group.name, dtype)
+    stored = StoredBlocks(group.layout, None, read_as, load)
     return TensorSnapshot(
         tuple(group.name.split(".")), dtype, group.logical_shape, load, (), None, stored
     )
+
+
+def _decoded_as(view: QuantizedView, name: str, asked: DType, target: DType) -> Any:
+    """Group `name`'s values for a `target` float parameter: decoded straight to a 16-bit
+    target; for a float32 one, in the dtype asked for, then widened (exact), so that
+    ``with_dequantize("bf16")`` gives bfloat16 values whatever the model holds them in."""
+    if target.name == "F32" and asked.name != "F32":
+        return view.dequantized(name, asked).astype(target.numpy)
+    return view.dequantized(name, target)
 
 
 def _tagged(
