@@ -63,7 +63,7 @@ class QuantizedView:
         DescriptorError: an int-pack group's ``weight_shape`` that disagrees with its codes.
     """
 
-    __slots__ = ("_by_part", "_entries", "_groups", "_path", "_reader", "_stored")
+    __slots__ = ("_by_part", "_config", "_entries", "_groups", "_path", "_reader", "_stored")
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class QuantizedView:
     ) -> None:
         self._reader = reader
         self._path = path
+        self._config = quantization_config
         header = stored_infos(reader) if infos is None else dict(infos)
         groups: dict[str, QuantizedGroup] = {}
         natives = hasattr(reader, "is_quantized")
@@ -139,6 +140,11 @@ class QuantizedView:
     def reader(self) -> TensorReader:
         """The reader the view reads through."""
         return self._reader
+
+    @property
+    def quantization_config(self) -> Mapping[str, object] | None:
+        """The ``quantization_config`` the groups were recognised by, or None."""
+        return self._config
 
     def names(self) -> list[str]:
         """Every entry in file order: plain tensors, and each group once, under its logical

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEQUANTIZE_DTYPES",
+    "carried_config",
     "carry_group_renames",
     "dequantize_dtype",
     "groups_for_save",
@@ -203,7 +204,7 @@ def _tagged(
     from weightstore.snapshot import GroupPart, ReaderLoad, TensorSnapshot
 
     role = "codes" if name == group.codes else _role(group, name)
-    tag = GroupPart(group, role)
+    tag = GroupPart(group, role, view.quantization_config)
     if snapshot is not None:
         return snapshot.replace(group=tag)
     # A torch quantized tensor: listed with its codes' dtype; reading it says how to decode it.
@@ -392,3 +393,16 @@ def _mxfp4_pair(snapshot: TensorSnapshot, read_blocks: Any) -> list[TensorSnapsh
             functools.partial(part, 1), snapshot.container,
         ),
     ]  # fmt: skip
+
+
+def carried_config(snapshots: Sequence[TensorSnapshot]) -> str | None:
+    """The ``quantization_config`` metadata pair a save of `snapshots` writes: the JSON of
+    the config their groups were recognised by, or None when none was (names alone, or no
+    group). Without it a copy saved away from the source's ``config.json`` would be
+    recognised by names alone, which for FP8 blocks the scale grid does not imply (64x64 on
+    300 rows reads as 60-row blocks) gives other values."""
+    for snapshot in snapshots:
+        tag = snapshot.group
+        if tag is not None and tag.config is not None:
+            return json.dumps(tag.config, sort_keys=True)
+    return None
