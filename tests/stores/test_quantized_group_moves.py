@@ -273,3 +273,25 @@ def test_an_int8_pair_is_no_longer_plain_without_a_config(tmp_path: Path) -> Non
     model = {"m.weight": np.zeros((2, 64), np.float32)}
     assert SafetensorsStore.from_file(path).with_dequantize("f32").apply_to(model).is_success()
     assert np.array_equal(model["m.weight"], codes.astype(np.float32) * scale.astype(np.float32))
+
+
+# -- convert --------------------------------------------------------------------------------
+
+
+def test_convert_refuses_a_group_into_gguf_and_dequantizes_on_request(
+    fp8_file: Path, tmp_path: Path
+) -> None:
+    from tests.cli._support import assert_error, run_cli
+
+    done = run_cli("convert", fp8_file, tmp_path / "x.gguf")
+    assert_error(done, 2, "fp8-block", "--dequantize bf16")
+    done = run_cli("convert", fp8_file, tmp_path / "y.safetensors", "--dequantize", "bf16")
+    assert done.returncode == 0, done.stderr
+    copy = SafetensorsStore.from_file(tmp_path / "y.safetensors")
+    assert copy.keys() == ["fc.weight", "norm.weight"] and copy.quantized_groups() == []
+    expected = SafetensorsStore.from_file(fp8_file).with_dequantize("bf16").get_tensor("fc.weight")
+    assert expected is not None
+    got = copy.reader().get("fc.weight")
+    assert got.dtype == BF16 and np.array_equal(
+        got.view(np.uint16), expected.to_numpy().view(np.uint16)
+    )

@@ -10,6 +10,7 @@ extension or ``--format`` names, and every flag is a builder of one of the two s
     --to-burn, --from-burn     dest     `PyTorchToBurnAdapter` / `BurnToPyTorchAdapter`
     --half, --dtype            dest     `HalfPrecisionAdapter` / `FloatCastAdapter`
     --quantize                 dest     GGUF: float matrices written as Q8_0 or Q4_0 blocks
+    --dequantize               source   quantized groups and tensors read as their values
     --metadata, --overwrite    dest     pairs written (after the source's own), replace a file
 
 Tensors are read as the writer reaches them, so peak memory is about the largest tensor (twice
@@ -125,6 +126,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "as Q8_0 or Q4_0 blocks (norms, biases and vectors stay as they are)",
     )
     parser.add_argument(
+        "--dequantize",
+        choices=("bf16", "f16", "f32"),
+        type=str.lower,
+        help="write each quantized tensor of SRC (FP8, MXFP4, NVFP4, int groups, torch "
+        "quantized tensors, Burn QFloat) as its values in this dtype, under its logical name",
+    )
+    parser.add_argument(
         "--filter", metavar="REGEX", action="append", help="keep matching names (repeatable: any)"
     )
     for flag, metavar, split_last, text in _PAIR_FLAGS:
@@ -170,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         if args.allow_objects and "allow_objects" in opened.format.store_options:
             opened = opened.allow_objects()
         source_store = opened.map_indices_contiguous(False)
+        if args.dequantize is not None:
+            source_store = source_store.with_dequantize(args.dequantize)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
             opened.close()  # the keyed copy reads through a reader of its own
