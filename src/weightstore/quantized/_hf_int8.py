@@ -46,6 +46,8 @@ from weightstore.quantized._hf_pack import (
 __all__ = ["LAYOUT", "dequantize_int8", "rule_int8"]
 
 LAYOUT: Final = "int8"
+"""The layout's name: what is stored (one int8 code per value), as ``int-pack`` names its
+packing; W4A8 checkpoints store 4-bit codes the same way."""
 _FORMATS: Final = ("int-quantized", "naive-quantized")
 _SCALE_DTYPES: Final = ("F32", "BF16", "F16")
 _ZERO_DTYPES: Final = ("I8", "I32")
