@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -112,10 +112,14 @@ class GroupPart(ValueRecord):
         group: the group, under the names its file gives (every part's tag holds the same
             object, so parts of one group are told apart from another's by identity).
         role: ``"codes"``, or the companion's role in ``group.companions``.
+        config: the source's ``quantization_config`` the group was recognised by, or None;
+            a save writes it as a ``quantization_config`` metadata pair, so that a copy away
+            from the source's ``config.json`` is recognised by the same rule.
     """
 
     group: QuantizedGroup
     role: str
+    config: Mapping[str, object] | None = field(default=None, repr=False, compare=False)
 
 
 def stored_blocks(snapshot: TensorSnapshot) -> StoredBlocks | None:

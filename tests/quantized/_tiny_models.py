@@ -66,10 +66,20 @@ SCHEMES: Final = {
         "FP8_BLOCK", {"block_structure": [32, 32]}, True, "naive-quantized", "fp8-block"
     ),
     "nvfp4": Scheme("NVFP4A16", {}, False, "nvfp4-pack-quantized", "nvfp4"),
+    "int8-channel": Scheme("W8A8", {}, False, "int-quantized", "int8"),
+    "int8-asym-group32": Scheme(
+        "W8A8",
+        {"strategy": "group", "group_size": 32, "symmetric": False},
+        False,
+        "int-quantized",
+        "int8",
+    ),
 }
 """Name -> scheme. W4A16 (int4, groups of 32, symmetric and with packed zero points), FP8 per
 channel with dynamic per-token activations (FP8_DYNAMIC), DeepSeek-style FP8 blocks shrunk to
-32x32 (128 would be one block per tensor here), the same weight-only, and NVFP4A16."""
+32x32 (128 would be one block per tensor here), the same weight-only, NVFP4A16, and W8A8 (int8
+weights per channel, activations per token, dynamic) with its weights also asymmetric in groups
+of 32."""
 
 
 def tiny_config() -> Any:

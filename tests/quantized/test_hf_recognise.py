@@ -175,9 +175,11 @@ def test_tensors_without_companions_or_not_fp8_stay_plain() -> None:
     tensors = {
         "a.weight": ("F8_E4M3", (4, 4)),  # no scale
         "b.weight_scale_inv": ("F32", (1, 1)),  # no codes
-        "c.weight": ("I8", (4, 4)), "c.weight_scale": ("F32", (4, 1)),  # int: another layout's
+        "c.weight": ("I8", (4, 4)), "c.weight_scale": ("F32", (4, 1)),  # int8's, not FP8
     }  # fmt: skip
-    assert recognise(tensors) == ([], list(tensors))
+    groups, plain = recognise(tensors)
+    assert [(g.name, g.layout) for g in groups] == [("c.weight", "int8")]
+    assert plain == ["a.weight", "b.weight_scale_inv"]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,8 @@ class QuantizedGroup(ValueRecord):
     Attributes:
         name: the logical tensor's name (``"model.layers.0.mlp.down_proj.weight"``).
         layout: the layout's short name (``"fp8-block"``, ``"mxfp4"``, ``"nvfp4"``,
-            ``"int-pack"``, ``"fp8-tensor"``, ``"fp8-channel"``, ``"torch-affine"``, ``"burn"``).
+            ``"int-pack"``, ``"int8"``, ``"fp8-tensor"``, ``"fp8-channel"``, ``"torch-affine"``,
+            ``"burn"``).
         codes: the stored tensor holding the codes.
         companions: role -> stored tensor name (``{"scale": "...weight_scale_inv"}``); roles
             are the layout's own (``scale``, ``zero_point``, ``global_scale``, ``shape``,

@@ -12,6 +12,8 @@ from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_fp8 import dequantize_fp8_group
 from weightstore.quantized._hf_int import LAYOUT as INT_PACK
 from weightstore.quantized._hf_int import dequantize_int_pack
+from weightstore.quantized._hf_int8 import LAYOUT as INT8
+from weightstore.quantized._hf_int8 import dequantize_int8
 from weightstore.quantized._hf_mxfp4 import dequantize_mxfp4_group
 from weightstore.quantized._hf_nvfp4 import LAYOUT as NVFP4
 from weightstore.quantized._hf_nvfp4 import dequantize_nvfp4
@@ -31,6 +33,7 @@ DEQUANTIZERS: Final[Mapping[str, Dequantizer]] = {
     "mxfp4": dequantize_mxfp4_group,
     NVFP4: dequantize_nvfp4,
     INT_PACK: dequantize_int_pack,
+    INT8: dequantize_int8,
 }
 """Layout name -> its dequantizer; each layout module adds its own row here."""
 

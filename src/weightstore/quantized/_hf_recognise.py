@@ -29,6 +29,7 @@ from typing import Final
 from weightstore.errors import MetadataError, QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_int import rule_int_pack
+from weightstore.quantized._hf_int8 import rule_int8
 from weightstore.quantized._hf_nvfp4 import rule_nvfp4
 from weightstore.quantized._hf_shapes import (
     FP8_CODE_DTYPES,
@@ -392,14 +393,23 @@ def int_pack_rule(
     return rule_int_pack(tensors, config)
 
 
+def int8_rule(
+    tensors: Mapping[str, StoredTensor], config: Mapping[str, object] | None, path: str | None
+) -> list[QuantizedGroup]:
+    """compressed-tensors ``int-quantized`` int8 codes, or I8 ``weight`` + ``weight_scale``
+    without a config (`_hf_int8`)."""
+    return rule_int8(tensors, config, path)
+
+
 RULES: Final[tuple[Rule, ...]] = (
     fp8_config_rule,
     fp8_scale_rule,
     mxfp4_config_rule,
     nvfp4_rule,
     int_pack_rule,
+    int8_rule,
     names_rule,
 )
 """The rules `recognise` runs, in order; each sees only the tensors earlier ones left. The
 config rules come first; the name rules of the F8 and MXFP4 layouts last, as they match
-whatever pairs the others left (NVFP4 and int codes are U8 and I32, never F8)."""
+whatever pairs the others left (NVFP4 and int codes are U8, I32 and I8, never F8)."""

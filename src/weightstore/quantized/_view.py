@@ -23,7 +23,7 @@ from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
 
 __all__ = ["CANDIDATE_DTYPES", "QuantizedView", "stored_infos"]
 
-CANDIDATE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "QFLOAT"})
+CANDIDATE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32", "I8", "QFLOAT"})
 """Stored dtypes some group's codes have: a file holding none of them has no group, so
 recognition is skipped without looking at names (a bf16 checkpoint pays one set lookup per
 tensor)."""
@@ -63,7 +63,7 @@ class QuantizedView:
             group's ``weight_shape`` that disagrees with its codes included).
     """
 
-    __slots__ = ("_by_part", "_entries", "_groups", "_path", "_reader", "_stored")
+    __slots__ = ("_by_part", "_config", "_entries", "_groups", "_path", "_reader", "_stored")
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class QuantizedView:
     ) -> None:
         self._reader = reader
         self._path = path
+        self._config = quantization_config
         header = stored_infos(reader) if infos is None else dict(infos)
         groups: dict[str, QuantizedGroup] = {}
         natives = hasattr(reader, "is_quantized")
@@ -139,6 +140,11 @@ class QuantizedView:
     def reader(self) -> TensorReader:
         """The reader the view reads through."""
         return self._reader
+
+    @property
+    def quantization_config(self) -> Mapping[str, object] | None:
+        """The ``quantization_config`` the groups were recognised by, or None."""
+        return self._config
 
     def names(self) -> list[str]:
         """Every entry in file order: plain tensors, and each group once, under its logical

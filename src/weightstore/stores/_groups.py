@@ -23,12 +23,14 @@ from weightstore.errors import InvalidOptionError, MetadataError, RemapCollision
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorReader
+    from weightstore.dtypes import DType
     from weightstore.quantized import QuantizedGroup
     from weightstore.quantized._view import QuantizedView
     from weightstore.snapshot import TensorSnapshot
 
 __all__ = [
     "DEQUANTIZE_DTYPES",
+    "carried_config",
     "carry_group_renames",
     "dequantize_dtype",
     "groups_for_save",
@@ -178,10 +180,20 @@ def _decoding(view: QuantizedView, group: QuantizedGroup, dtype_name: str) -> Te
 
     dtype = from_name(dtype_name)
     load = DecodedLoad(view.dequantized, group.name, dtype)  # a part decodes alone
-    stored = StoredBlocks(group.layout, None, functools.partial(view.dequantized, group.name), load)
+    read_as = functools.partial(_decoded_as, view, group.name, dtype)
+    stored = StoredBlocks(group.layout, None, read_as, load)
     return TensorSnapshot(
         tuple(group.name.split(".")), dtype, group.logical_shape, load, (), None, stored
     )
+
+
+def _decoded_as(view: QuantizedView, name: str, asked: DType, target: DType) -> Any:
+    """Group `name`'s values for a `target` float parameter: decoded straight to a 16-bit
+    target; for a float32 one, in the dtype asked for, then widened (exact), so that
+    ``with_dequantize("bf16")`` gives bfloat16 values whatever the model holds them in."""
+    if target.name == "F32" and asked.name != "F32":
+        return view.dequantized(name, asked).astype(target.numpy)
+    return view.dequantized(name, target)
 
 
 def _tagged(
@@ -192,7 +204,7 @@ def _tagged(
     from weightstore.snapshot import GroupPart, ReaderLoad, TensorSnapshot
 
     role = "codes" if name == group.codes else _role(group, name)
-    tag = GroupPart(group, role)
+    tag = GroupPart(group, role, view.quantization_config)
     if snapshot is not None:
         return snapshot.replace(group=tag)
     # A torch quantized tensor: listed with its codes' dtype; reading it says how to decode it.
@@ -381,3 +393,16 @@ def _mxfp4_pair(snapshot: TensorSnapshot, read_blocks: Any) -> list[TensorSnapsh
             functools.partial(part, 1), snapshot.container,
         ),
     ]  # fmt: skip
+
+
+def carried_config(snapshots: Sequence[TensorSnapshot]) -> str | None:
+    """The ``quantization_config`` metadata pair a save of `snapshots` writes: the JSON of
+    the config their groups were recognised by, or None when none was (names alone, or no
+    group). Without it a copy saved away from the source's ``config.json`` would be
+    recognised by names alone, which for FP8 blocks the scale grid does not imply (64x64 on
+    300 rows reads as 60-row blocks) gives other values."""
+    for snapshot in snapshots:
+        tag = snapshot.group
+        if tag is not None and tag.config is not None:
+            return json.dumps(tag.config, sort_keys=True)
+    return None

@@ -16,7 +16,7 @@ from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError
 from weightstore.io import is_url
 from weightstore.io._digest import METADATA_KEY as DIGESTS_KEY
-from weightstore.stores._groups import groups_for_save
+from weightstore.stores._groups import carried_config, groups_for_save
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._source import Output, file_path
 
@@ -107,6 +107,9 @@ def write_snapshots(
         for stored in (stored_blocks(s),)
     ]  # fmt: skip
     metadata = save_metadata(options.metadata, fmt, framework)
+    config = carried_config(snapshots)  # tagged parts remain only where saved part by part
+    if config is not None and "quantization_config" not in metadata:
+        metadata["quantization_config"] = config
     directory = _set_directory(fmt, path, options, storage_options)
     if directory is not None:
         return _write_set(fmt, options, directory, entries, metadata, storage_options)

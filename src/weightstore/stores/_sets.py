@@ -28,6 +28,10 @@ def restricted_for_load(
     (`wanted_names`), and the names (as the load sees them, remapped) it leaves out, which
     the load reports as unused as a single file's would; None when the load needs the whole
     set."""
+    if options.dequantize is not None:
+        # The filter matches groups' logical names (gpt-oss's X for X_blocks + X_scales),
+        # which no listed name is: a restriction by listed names would drop the group.
+        return None
     listed = reader.listed_names()
     wanted = wanted_names(options, listed, filename)
     if wanted is None:
