@@ -228,7 +228,7 @@ def test_inspect_lists_tensors_and_other_entries(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_inspect_lists_unreadable_tensors_apart(tmp_path: Path, capsys: Any) -> None:
+def test_inspect_lists_quantized_tensors_apart(tmp_path: Path, capsys: Any) -> None:
     tensors = {
         "ok": torch.ones(2),
         "q": torch.quantize_per_tensor(torch.ones(2), 0.5, 0, torch.qint8),
@@ -237,8 +237,12 @@ def test_inspect_lists_unreadable_tensors_apart(tmp_path: Path, capsys: Any) -> 
     assert main(["inspect", str(path), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert [row["name"] for row in document["tensors"]] == ["ok"]
-    assert "_rebuild_qtensor" in document["others"]["q"]
-    assert "quantized qint8 tensor (per_tensor_affine" in document["others"]["q"]
+    # A torch quantized tensor is no plain tensor: listed as a quantized group of one part.
+    assert "q" not in document["others"]
+    [group] = document["quantized"]
+    assert (group["name"], group["layout"]) == ("q", "torch-affine")
+    assert group["rule"] == "torch quantized tensor (per_tensor_affine)"
+    assert [(p["name"], p["dtype"]) for p in group["parts"]] == [("q", "I8")]
 
 
 def test_inspect_reports_a_missing_top_level_key(tmp_path: Path, capsys: Any) -> None:

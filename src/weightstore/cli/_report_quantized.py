@@ -70,7 +70,7 @@ def filter_groups(report: FileReport, keep: PathFilter) -> list[GroupRow]:
 def _may_hold_groups(report: FileReport) -> bool:
     if any(row.dtype.name in _CODE_DTYPES for row in report.tensors):
         return True
-    return report.format == "pytorch" and any(  # the reader's refusal of a qtensor's `get`
+    return any(  # the PyTorch reader's refusal of a torch quantized tensor's `get`
         text.startswith(_UNREADABLE) and " quantized " in text for text in report.others.values()
     )
 
