@@ -329,7 +329,7 @@ def test_a_packed_length_that_does_not_match_the_group_is_refused() -> None:
             "m.weight_scale",
             np.ones((4, 2), np.float16),
             "m.weight_scale",
-            r"scale is float16, the scheme needs F8",
+            r"scale is F16, the scheme needs F8",
         ),
         (
             "m.weight_scale",
@@ -338,12 +338,12 @@ def test_a_packed_length_that_does_not_match_the_group_is_refused() -> None:
             r"scale shape \[4, 3\], blocks of 16 need \[4, 2\]",
         ),
         ("m.weight_scale", np.ones((3, 2), F8), "m.weight_scale", r"scale shape \[3, 2\]"),
-        ("m.weight_packed", np.zeros((4, 16), np.int8), None, r"codes are int8 \[4, 16\], not U8"),
+        ("m.weight_packed", np.zeros((4, 16), np.int8), None, r"codes are I8 \[4, 16\], not U8"),
         (
             "m.weight_global_scale",
             np.ones(1, np.float16),
             "m.weight_global_scale",
-            r"global_scale is float16",
+            r"global_scale is F16",
         ),
         (
             "m.weight_global_scale",

@@ -27,17 +27,16 @@ import ml_dtypes
 import numpy as np
 from numpy.typing import NDArray
 
-from weightstore.dtypes import from_numpy
 from weightstore.errors import DTypeError, QuantizedLayoutError
 from weightstore.quantized._ggml_kernels import CHUNK_ELEMENTS
 from weightstore.quantized._group import QuantizedGroup
+from weightstore.quantized._hf_pack import dtype_name
 from weightstore.quantized._hf_shapes import check_addressable, check_fp8, fp8_scale_grid
 
 __all__ = [
     "OUTPUT_DTYPES",
     "dequantize_fp8",
     "dequantize_fp8_group",
-    "dtype_name",
     "group_part",
     "output_dtype",
     "scale_as_f32",
@@ -91,15 +90,6 @@ def scale_as_f32(scale: np.ndarray[Any, Any]) -> Floats:
         widened: Floats = _E8M0_BYTES[scale]
         return widened
     return np.asarray(scale, dtype=np.float32)
-
-
-def dtype_name(array: np.ndarray[Any, Any]) -> str:
-    """The weightstore name of an array's dtype (``"F8_E4M3"``), for messages; NumPy's own
-    spelling where the table has no row."""
-    try:
-        return from_numpy(array.dtype).name
-    except DTypeError:
-        return str(array.dtype)
 
 
 def dequantize_fp8(

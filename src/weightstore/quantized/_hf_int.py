@@ -36,6 +36,7 @@ from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_pack import (
     TensorInfo,
     companion_prefix,
+    dtype_name,
     elements,
     group_error,
     output_dtype,
@@ -61,10 +62,6 @@ _SUFFIXES: Final = {
     "g_idx": "weight_g_idx",
     "input_global_scale": "input_global_scale",
 }
-_NUMPY_TO_NAME: Final = {
-    "int8": "I8", "int32": "I32", "int64": "I64", "float32": "F32", "float16": "F16",
-    "bfloat16": "BF16",
-}  # fmt: skip
 
 
 class IntPackGroup(QuantizedGroup):
@@ -408,10 +405,7 @@ def dequantize_int_pack(
     wanted = output_dtype(dtype, group)
     arrays = {name: part(group, parts, name) for name in group.parts
               if name != group.companions.get("input_global_scale")}  # fmt: skip
-    infos = {
-        name: (_NUMPY_TO_NAME.get(a.dtype.name, a.dtype.name), tuple(a.shape))
-        for name, a in arrays.items()
-    }
+    infos = {name: (dtype_name(a), tuple(a.shape)) for name, a in arrays.items()}
     resolved = resolve_int_pack(group, arrays[group.companions["shape"]], infos)
     if resolved.logical_shape != group.logical_shape:
         raise group_error(

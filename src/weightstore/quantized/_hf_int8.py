@@ -38,6 +38,7 @@ from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_pack import (
     TensorInfo,
     companion_prefix,
+    dtype_name,
     elements,
     output_dtype,
     row_chunks,
@@ -57,9 +58,6 @@ _COMPANIONS: Final = {
     "input_scale": "input_scale",
     "input_zero_point": "input_zero_point",
 }
-_NUMPY_TO_NAME: Final = {
-    "int8": "I8", "int32": "I32", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-}  # fmt: skip
 
 
 def _config_strategies(config: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
@@ -207,9 +205,7 @@ def dequantize_int8(
             group=group.name, codes=group.codes, companion=missing,
         )  # fmt: skip
     arrays = {name: np.asarray(parts[name]) for name in names}
-    infos = {
-        n: (_NUMPY_TO_NAME.get(a.dtype.name, a.dtype.name), a.shape) for n, a in arrays.items()
-    }
+    infos = {n: (dtype_name(a), a.shape) for n, a in arrays.items()}
     _check(group, infos, None)
     codes = arrays[group.codes]
     if codes.shape != group.logical_shape:

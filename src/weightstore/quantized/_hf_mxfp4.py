@@ -26,7 +26,8 @@ from numpy.typing import NDArray
 from weightstore.errors import QuantizedLayoutError
 from weightstore.quantized._ggml_kernels import CHUNK_ELEMENTS
 from weightstore.quantized._group import QuantizedGroup
-from weightstore.quantized._hf_fp8 import dtype_name, group_part, output_dtype
+from weightstore.quantized._hf_fp8 import group_part, output_dtype
+from weightstore.quantized._hf_pack import dtype_name
 from weightstore.quantized._hf_shapes import (
     MXFP4_BLOCK,
     MXFP4_BYTES_PER_BLOCK,

@@ -29,6 +29,7 @@ from weightstore.quantized._group import QuantizedGroup
 from weightstore.quantized._hf_pack import (
     TensorInfo,
     companion_prefix,
+    dtype_name,
     elements,
     group_error,
     output_dtype,
@@ -59,8 +60,6 @@ _CT_NAMES: Final = (
 _CT_OPTIONAL: Final = {"input_global_scale": "input_global_scale"}
 _MO_NAMES: Final = ("weight", {"scale": "weight_scale", "scale_2": "weight_scale_2"})
 _MO_OPTIONAL: Final = {"input_scale": "input_scale"}
-
-_NUMPY_TO_NAME: Final = {"uint8": "U8", "float8_e4m3fn": "F8_E4M3", "float32": "F32"}
 
 
 def _config_convention(config: Mapping[str, Any] | None) -> str | None:
@@ -208,10 +207,7 @@ def dequantize_nvfp4(
     needed = [group.codes, *(group.companions[r] for r in ("scale", "global_scale", "scale_2")
                              if r in group.companions)]  # fmt: skip
     arrays = {name: part(group, parts, name) for name in needed}
-    infos = {
-        name: (_NUMPY_TO_NAME.get(array.dtype.name, array.dtype.name), tuple(array.shape))
-        for name, array in arrays.items()
-    }
+    infos = {name: (dtype_name(array), tuple(array.shape)) for name, array in arrays.items()}
     _check(group, infos)
     check_addressable(group.name, group.codes, group.logical_shape)
     role, second = _second_scale(group, arrays)

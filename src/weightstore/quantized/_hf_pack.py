@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from weightstore.dtypes import from_numpy
 from weightstore.errors import DTypeError, QuantizedLayoutError
 from weightstore.quantized._group import QuantizedGroup
 
@@ -21,6 +22,7 @@ __all__ = [
     "CHUNK_ELEMENTS",
     "TensorInfo",
     "companion_prefix",
+    "dtype_name",
     "group_error",
     "output_dtype",
     "part",
@@ -35,6 +37,15 @@ CHUNK_ELEMENTS: Final = 1 << 18
 stay in cache, and the peak memory of a dequantization is its output plus one chunk."""
 
 _OUTPUT_DTYPES: Final = ("float32", "float16", "bfloat16")
+
+
+def dtype_name(array: np.ndarray[Any, Any]) -> str:
+    """The weightstore name of an array's dtype (``"F8_E4M3"``), for messages; NumPy's own
+    spelling where the table has no row."""
+    try:
+        return from_numpy(array.dtype).name
+    except DTypeError:
+        return str(array.dtype)
 
 
 def output_dtype(dtype: Any, group: QuantizedGroup) -> np.dtype[Any]:

@@ -40,7 +40,7 @@ import numpy as np
 
 from weightstore.errors import DescriptorError, DTypeError
 from weightstore.quantized._ggml_types import GGML_TYPES_BY_NAME
-from weightstore.quantized._hf_fp8 import dtype_name
+from weightstore.quantized._hf_pack import dtype_name
 from weightstore.quantized._hf_shapes import (
     MXFP4_BLOCK,
     MXFP4_BYTES_PER_BLOCK,
