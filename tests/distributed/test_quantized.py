@@ -92,10 +92,10 @@ def test_splitting_a_scale_alone_or_an_mxfp4_block_is_refused(checkpoint: Path) 
 
 def test_a_layout_not_read_in_slices_is_refused_by_name() -> None:
     group = QuantizedGroup(
-        name="w", layout="int-pack", codes="w_packed", companions={}, logical_shape=(8, 8),
+        name="w", layout="burn", codes="w", companions={}, logical_shape=(8, 8),
         block=(1, 8), rule="test",
     )  # fmt: skip
-    with pytest.raises(InvalidOptionError, match="'w' is a int-pack quantized tensor"):
+    with pytest.raises(InvalidOptionError, match="'w' is a burn quantized tensor"):
         slice_group(group, {}, ((0, 4), (0, 8)), enclose=False)
 
 

@@ -125,11 +125,12 @@ def _layout(
     lead = codes[:-1]
     scale_name = group.companions["scale"]
     if len(scale) == len(codes) and scale[:-1] == lead and scale[-1] >= 1:
-        if cols % scale[-1] and not provisional:
+        # g_idx names each column's group, so a column slice of it keeps every scale group
+        if cols % scale[-1] and not provisional and "g_idx" not in group.companions:
             raise group_error(
                 group, scale_name, f"{cols} columns do not split into {scale[-1]} equal groups"
             )
-        return scale[-1], (*(1 for _ in lead), cols // scale[-1])
+        return scale[-1], (*(1 for _ in lead), max(1, cols // scale[-1]))
     if elements(scale) == 1 and len(scale) <= 1:
         return 1, ()
     raise group_error(

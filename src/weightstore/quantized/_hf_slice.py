@@ -4,8 +4,15 @@ A tensor-parallel rank or a JAX device wants rows ``[a:b]`` (or columns) of a qu
 Its codes and scales are stored as separate tensors, so the box becomes one index per part:
 FP8 codes rows ``[a:b]`` and scale rows ``[a // 128 : ceil(b / 128)]``; MXFP4 values
 ``[..., a:b]`` are blocks ``[..., a // 32 : b // 32, :]`` and scales ``[..., a // 32 : b //
-32]``; NVFP4 packed bytes ``[a // 2 : b // 2]`` and scales ``[a // 16 : b // 16]``; a
-per-tensor scale (FP8's, NVFP4's second scale, ``input_scale``) is read whole.
+32]``; NVFP4 packed bytes ``[a // 2 : b // 2]`` and scales ``[a // 16 : b // 16]``; int8
+codes as the box and scales (and zero points) by their groups; int-pack words ``[a * bits /
+32 : b * bits / 32]``, scales by their groups, zero points (packed down the rows) by their
+words, ``g_idx`` ``[a:b]``; a per-tensor scale (FP8's, NVFP4's second scale,
+``input_scale``) and int-pack's ``weight_shape`` are read whole.
+
+A block here is what a slice must not cut: the elements one scale covers, and, for int-pack,
+the codes that fill whole int32 words (8 columns at 4 bits; 8 rows too when zero points are
+packed down the rows): a share of a packed row must start on a word.
 
 Two uses, two rules for a box whose edges cut a block:
 
@@ -48,11 +55,16 @@ class GroupSlice(ValueRecord):
             that of the read range (`dequantize_group` takes it with the sliced parts).
         parts: stored name -> the index to read of it (None: all of it).
         keep: the box within the read range's values (all of them unless enclosed).
+        derived: (part, values): parts a dequantization of the read range takes as these
+            integers instead of reading them: int-pack's ``weight_shape`` as the read range's
+            shape and, for columns that cut a scale group, a ``g_idx`` naming each read
+            column's scale column (`group` lists it); empty for the other layouts.
     """
 
     group: QuantizedGroup
     parts: Mapping[str, PartIndex]
     keep: tuple[slice, ...]
+    derived: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def slice_group(
@@ -86,6 +98,8 @@ def slice_group(
     shape = group.logical_shape
     assert len(bounds) == len(shape), (bounds, shape)
     blocks_of, keys_of, partial_edges = layout
+    if enclose and group.layout == "int-pack":
+        blocks_of = _int_pack_enclosing_blocks
     read = tuple(
         _read_range(group, dim, start, stop, size, block, enclose, partial_edges)
         for dim, ((start, stop), size, block) in enumerate(
@@ -96,11 +110,22 @@ def slice_group(
     sub = group.replace(logical_shape=sub_shape)
     if group.layout.startswith("fp8-"):
         sub = sub.replace(block=_fp8_sub_block(group, sub_shape))
+    elif group.layout in _INTEGER_LAYOUTS:
+        sub = sub.replace(block=_spanning_sub_block(group, sub_shape))
     keep = tuple(
         slice(start - first, stop - first)
         for (start, stop), (first, _) in zip(bounds, read, strict=True)
     )
-    return GroupSlice(sub, keys_of(group, shapes, read), keep)
+    keys = keys_of(group, shapes, read)
+    if group.layout != "int-pack":
+        return GroupSlice(sub, keys, keep)
+    derived = [(group.companions["shape"], sub_shape)]
+    size, (start, stop) = _column_group(group), read[-1]
+    if start % size or (stop - start) % size:  # a cut group: each column names its scale
+        name = group.codes.removesuffix("_packed") + "_g_idx"
+        derived.append((name, tuple(c // size - start // size for c in range(start, stop))))
+        sub = sub.replace(companions={**sub.companions, "g_idx": name})
+    return GroupSlice(sub, keys, keep, tuple(derived))
 
 
 def logical_bounds(
@@ -126,9 +151,27 @@ def logical_bounds(
         whole[-1] = (start * MXFP4_BLOCK, stop * MXFP4_BLOCK)
     elif group.layout == "nvfp4" and dim == len(codes_shape) - 1:
         whole[-1] = (start * 2, stop * 2)
+    elif group.layout == "int-pack" and dim == len(codes_shape) - 1:
+        whole[-1] = _packed_columns(group, codes_shape[-1], start, stop)
     else:
         whole[dim] = (start, stop)
     return tuple(whole)
+
+
+def _packed_columns(group: QuantizedGroup, words: int, start: int, stop: int) -> tuple[int, int]:
+    """The columns int32 words ``[start:stop]`` of an int-pack row hold, refused when a
+    boundary falls inside a code (3-, 5-, 6- and 7-bit codes straddle words)."""
+    bits = _bits(group)
+    cols = group.logical_shape[-1]
+    for edge in (start, stop):
+        if edge * 32 % bits and edge != words:
+            raise InvalidOptionError(
+                f"tensor {group.codes!r} packs {bits}-bit codes into int32 words, so a split "
+                f"at word {edge} cuts a code; split at multiples of {bits // math.gcd(bits, 32)} "
+                "words",
+                option="plan",
+            )
+    return start * 32 // bits, cols if stop == words else min(cols, stop * 32 // bits)
 
 
 def _read_range(
@@ -245,6 +288,110 @@ def _nvfp4_keys(
     return keys
 
 
+def _bits(group: QuantizedGroup) -> int:
+    """An int-pack group's code width (a resolved group always has one)."""
+    bits = getattr(group, "num_bits", 0)
+    assert isinstance(bits, int) and bits > 0, group
+    return bits
+
+
+def _word_unit(bits: int) -> int:
+    """Codes of `bits` that fill whole int32 words: 8 at 4 bits, 32 at 3."""
+    return 32 // math.gcd(32, bits)
+
+
+def _column_group(group: QuantizedGroup) -> int:
+    """Columns per scale when scales are per group along the columns, else 1 (one scale per
+    row or tensor, or ``g_idx`` naming any column's group, when every scale column is read)."""
+    block = group.block
+    if not block or "g_idx" in group.companions or block[-1] >= group.logical_shape[-1]:
+        return 1
+    return block[-1]
+
+
+def _spanning_sub_block(group: QuantizedGroup, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The block of a sub-group of `shape`: a per-row scale spans the columns read."""
+    block = group.block
+    if not block or block[-1] < group.logical_shape[-1]:
+        return block
+    return (*block[:-1], max(1, shape[-1]))
+
+
+def _int8_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    return (*(1,) * (len(group.logical_shape) - 1), _column_group(group))
+
+
+def _scale_groups(group: QuantizedGroup, columns: tuple[int, int]) -> tuple[int, int] | None:
+    """The scale columns read for `columns`; None for all of them."""
+    size = _column_group(group)
+    if size == 1:
+        return None
+    start, stop = columns
+    return start // size, -(-stop // size)
+
+
+def _int8_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    """Codes as the box; scale and zero point (the scale's shape) by rows and groups, a
+    ``[rows]`` spelling by rows; one scale, and the input's, whole."""
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = _as_index(read)
+    scale = group.companions["scale"]
+    if not group.block:
+        return keys
+    *lead, columns = read
+    if len(shapes[scale]) < len(read):  # ``[rows]``, one scale a row
+        index = _as_index(lead)
+    else:
+        groups = _scale_groups(group, columns)
+        index = (*_as_index(lead), slice(None) if groups is None else slice(*groups))
+    for role in ("scale", "zero_point"):
+        if role in group.companions:
+            keys[group.companions[role]] = index
+    return keys
+
+
+def _int_pack_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    """Rows: a word of packed zero points when there are some; columns: whole words and
+    whole scale groups."""
+    unit = _word_unit(_bits(group))
+    rows = unit if "zero_point" in group.companions and group.block else 1
+    lead = (1,) * (len(group.logical_shape) - 2) + (rows,)
+    return (*lead, math.lcm(unit, _column_group(group)))
+
+
+def _int_pack_enclosing_blocks(group: QuantizedGroup) -> tuple[int, ...]:
+    """For a dequantization: whole words along the columns, scale groups aside (the read
+    range may start inside one: `slice_group` gives it a ``g_idx``)."""
+    *lead, _ = _int_pack_blocks(group)
+    return (*lead, _word_unit(_bits(group)))
+
+
+def _int_pack_keys(
+    group: QuantizedGroup, shapes: Mapping[str, tuple[int, ...]], read: Bounds
+) -> dict[str, PartIndex]:
+    bits = _bits(group)
+    *lead, columns = read
+
+    def words(span: tuple[int, int]) -> slice:
+        return slice(span[0] * bits // 32, -(-span[1] * bits // 32))
+
+    keys: dict[str, PartIndex] = dict.fromkeys(group.companions.values())
+    keys[group.codes] = (*_as_index(lead), words(columns))
+    if "g_idx" in group.companions:
+        keys[group.companions["g_idx"]] = (slice(*columns),)
+    if not group.block:
+        return keys  # one scale and one zero point for the tensor
+    groups = _scale_groups(group, columns)
+    scale_columns = slice(None) if groups is None else slice(*groups)
+    keys[group.companions["scale"]] = (*_as_index(lead), scale_columns)
+    if "zero_point" in group.companions:
+        keys[group.companions["zero_point"]] = (*_as_index(lead[:-1]), words(lead[-1]),
+                                                 scale_columns)  # fmt: skip
+    return keys
+
+
 def _as_index(bounds: Sequence[tuple[int, int]]) -> tuple[slice, ...]:
     return tuple(slice(start, stop) for start, stop in bounds)
 
@@ -261,9 +408,14 @@ _LAYOUTS: Final[Mapping[str, _Layout]] = {
     "fp8-tensor": (_fp8_blocks, _fp8_keys, True),
     "mxfp4": (_mxfp4_blocks, _mxfp4_keys, False),
     "nvfp4": (_nvfp4_blocks, _nvfp4_keys, False),
+    "int8": (_int8_blocks, _int8_keys, False),
+    "int-pack": (_int_pack_blocks, _int_pack_keys, False),
 }
 """Layout -> (elements per scale along each logical dim, the part indices of a read range,
 whether a partial block is a block of the layout)."""
 
+_INTEGER_LAYOUTS: Final = frozenset({"int8", "int-pack"})
+
 SLICED_LAYOUTS: Final = frozenset(_LAYOUTS)
-"""Layouts `slice_group` reads in slices; the others (int-pack, torch's, Burn's) load whole."""
+"""Layouts whose parts `slice_group` reads in slices. torch's and Burn's quantized tensors
+are one stored tensor each, sliced by their readers (``get_dequantized_part``)."""

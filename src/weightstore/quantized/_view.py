@@ -224,6 +224,7 @@ class QuantizedView:
             part: reader.get(part) if key is None else np.asarray(reader.get_slice(part)[key])
             for part, key in cut.parts.items()
         }
+        parts.update({name: np.asarray(values, np.int64) for name, values in cut.derived})
         values = dequantize_group(cut.group, parts, output.numpy)
         if values.shape == tuple(s.stop - s.start for s in cut.keep):
             return values
