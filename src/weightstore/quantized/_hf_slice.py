@@ -88,6 +88,13 @@ def slice_group(
             inside a block, naming the tensor, the dim and the block size.
     """
     layout = _LAYOUTS.get(group.layout)
+    if layout is None and group.layout in ("torch-affine", "burn"):
+        raise InvalidOptionError(
+            f"tensor {group.name!r} is a {group.layout} quantized tensor: its codes and "
+            "scales are one stored tensor, which no plain parameter holds, so its parts are "
+            "not split; read it with with_dequantize to load this rank's slice of its values",
+            option="plan",
+        )
     if layout is None:
         raise InvalidOptionError(
             f"tensor {group.name!r} is a {group.layout} quantized tensor, which is not read "

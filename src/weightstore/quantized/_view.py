@@ -28,6 +28,10 @@ CANDIDATE_DTYPES: Final = frozenset({"F8_E4M3", "F8_E5M2", "F8_E8M0", "U8", "I32
 recognition is skipped without looking at names (a bf16 checkpoint pays one set lookup per
 tensor)."""
 
+ONE_PART_LAYOUTS: Final = frozenset({"torch-affine", "burn"})
+"""Layouts stored as one tensor whose reader dequantizes it (and a box of it, by
+``get_dequantized_part``), its scales inside it or in its pickle."""
+
 OUTPUT_DTYPES: Final = ("F32", "BF16", "F16")
 """What a group dequantizes to."""
 
@@ -190,7 +194,7 @@ class QuantizedView:
         """
         group, output = self._decoded(name, dtype)
         reader: Any = self._reader
-        if group.layout in ("torch-affine", "burn"):
+        if group.layout in ONE_PART_LAYOUTS:
             values: np.ndarray[Any, Any] = reader.get_dequantized(name, output)
             return values
         from weightstore.quantized._hf_dequantize import dequantize_group
@@ -202,9 +206,10 @@ class QuantizedView:
         self, name: str, index: Any, dtype: DType | str = "F32"
     ) -> np.ndarray[Any, Any]:
         """``dequantized(name, dtype)[index]``, reading only the codes and scales of the
-        blocks that enclose a box of slices (`slice_group`), so that a rank or a device
-        holding a slice reads about its share. Any other index, or a layout not read in
-        slices, dequantizes the whole tensor and cuts the part out of it.
+        blocks that enclose a box of slices (`slice_group`, or the reader's
+        ``get_dequantized_part`` for a torch or Burn tensor), so that a rank or a device
+        holding a slice reads about its share. Any other index dequantizes the whole tensor
+        and cuts the part out of it.
 
         Raises:
             As `dequantized`.
@@ -213,6 +218,10 @@ class QuantizedView:
 
         group, output = self._decoded(name, dtype)
         box = _box(index, group.logical_shape)
+        part_of = getattr(self._reader, "get_dequantized_part", None)
+        if box is not None and group.layout in ONE_PART_LAYOUTS and part_of is not None:
+            values: np.ndarray[Any, Any] = part_of(name, tuple(slice(*b) for b in box), output)
+            return values
         if box is None or group.layout not in SLICED_LAYOUTS:
             return np.ascontiguousarray(self.dequantized(name, output)[index])
         if any(start == stop for start, stop in box):

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore.errors import InvalidOptionError, MetadataError, RemapCollisionError
+from weightstore.errors import DTypeError, InvalidOptionError, MetadataError, RemapCollisionError
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat, TensorReader
@@ -37,6 +37,7 @@ __all__ = [
     "quantization_config",
     "source_snapshots",
     "source_view",
+    "unstorable_part",
 ]
 
 DEQUANTIZE_DTYPES: Final = {
@@ -329,6 +330,25 @@ def groups_for_save(
                 format=fmt.name,
             )
     return kept
+
+
+def unstorable_part(
+    err: DTypeError, fmt: ContainerFormat, snapshots: Sequence[TensorSnapshot]
+) -> Exception:
+    """`err` (a dtype `fmt` cannot hold) as a refusal naming the quantized tensor and
+    ``with_dequantize`` when the tensor is one of a group's parts (burnpack has no FP8), else
+    `err` itself."""
+    tag = next((s.group for s in snapshots if s.full_path == err.tensor), None)
+    if tag is None:
+        return err
+    group = tag.group
+    return InvalidOptionError(
+        f"{err.tensor!r} is the {tag.role} of a {group.layout} quantized tensor "
+        f"({group.name!r}), and {err.detail}: read the source with .with_dequantize('bf16') "
+        "(convert: --dequantize bf16) to save its values",
+        option="dequantize",
+        format=fmt.name,
+    )
 
 
 _BLOCKS, _SCALES = "_blocks", "_scales"

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.base import __version__
 from weightstore.container._format import ContainerFormat
-from weightstore.errors import InvalidOptionError
+from weightstore.errors import DTypeError, InvalidOptionError
 from weightstore.io import is_url
 from weightstore.io._digest import METADATA_KEY as DIGESTS_KEY
-from weightstore.stores._groups import carried_config, groups_for_save
+from weightstore.stores._groups import carried_config, groups_for_save, unstorable_part
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._source import Output, file_path
 
@@ -126,7 +126,10 @@ def write_snapshots(
         metadata[DIGESTS_KEY] = encode_digests(options.digests, digests)
     # Options only some writers take (store_options says which formats honour them).
     writer_options = {} if options.quantize is None else {"quantize": options.quantize}
-    writer = fmt.writer(entries, metadata, **writer_options)
+    try:
+        writer = fmt.writer(entries, metadata, **writer_options)
+    except DTypeError as err:
+        raise unstorable_part(err, fmt, snapshots) from None
     if path is not None:
         # The store has already applied the extension rule (or auto_extension(False)).
         target = file_path(fmt, path, options, for_write=True)
