@@ -80,3 +80,35 @@ def _enclosing_bytes(index: tuple[slice, ...]) -> int:
     height = min(q.ROWS, grid[0][1] * 128) - grid[0][0] * 128
     width = min(q.COLUMNS, grid[1][1] * 128) - grid[1][0] * 128
     return height * width + (grid[0][1] - grid[0][0]) * (grid[1][1] - grid[1][0]) * 4
+
+
+@pytest.mark.parametrize("spec", [P(("x", "y"), None), P(None, ("x", "y")), P("x", "y")])
+def test_int4_shards_decode_from_their_own_words_scales_and_zero_points(
+    tmp_path: Path, spec: Any
+) -> None:
+    from safetensors.numpy import save_file
+
+    from tests.quantized.test_hf_int import hand_parts
+
+    parts, _ = hand_parts(rows=256, cols=1000, gs=40, bits=4, seed=5)  # 250 columns a device
+    path = tmp_path / "int4.safetensors"
+    save_file(parts, str(path))
+    whole = SafetensorsStore.from_file(path).with_dequantize("bf16").get_tensor("m.weight")
+    assert whole is not None
+    want = whole.to_numpy()
+    abstract = {"m": {"weight": jax.ShapeDtypeStruct((256, 1000), jnp.bfloat16)}}
+    sharding = NamedSharding(_mesh(), spec)
+    with counting_reads() as opening:
+        SafetensorsStore.from_file(path).keys()
+    with counting_reads() as counter:
+        store = SafetensorsStore.from_file(path).with_dequantize("bf16").allow_partial()
+        tree, _ = load_tree(abstract, store, device={"m.weight": sharding})
+    weight = tree["m"]["weight"]
+    for shard in weight.addressable_shards:
+        assert np.array_equal(
+            np.asarray(shard.data).view(np.uint16), want[shard.index].view(np.uint16)
+        )
+    stored = sum(array.nbytes for array in parts.values())
+    ratio = (counter.total - opening.total) / stored
+    print(f"{spec}: the four devices read {ratio:.3f}x the group's bytes")
+    assert ratio < 1.1
