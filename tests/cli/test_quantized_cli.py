@@ -18,7 +18,7 @@ import pytest
 
 from tests._optional import need
 from tests.cli._support import assert_error, read_weights, run_cli
-from weightstore import open_reader, safetensors
+from weightstore import SafetensorsStore, open_reader, safetensors
 from weightstore.cli import _convert
 from weightstore.cli import main as cli_main
 from weightstore.entry import TensorEntry
@@ -380,3 +380,21 @@ def test_diff_a_torch_quantized_tensor_against_its_values(tmp_path: Path) -> Non
     _write(plain, {**values, "q.weight": values["q.weight"] + 1})
     code, document = _diff(src, plain)
     assert code == 1 and document["quantized"][0]["values"]["differing"] == 24
+
+
+def test_convert_int4_to_gguf_repacks_q4_0_without_dequantize(tmp_path: Path) -> None:
+    from tests.quantized.test_hf_int import hand_parts
+    from weightstore.gguf import GgufReader
+
+    parts, _ = hand_parts(rows=4, cols=64, gs=32, bits=4, asymmetric=False)
+    parts["m.weight_scale"] = parts["m.weight_scale"].astype(np.float16)
+    src = _write(tmp_path / "int4.safetensors", parts)
+    dst = tmp_path / "int4.gguf"
+    done = run_cli("convert", src, dst)
+    assert done.returncode == 0, done.stderr
+    with GgufReader.from_file(str(dst)) as reader:
+        assert reader.descriptor("m.weight").ggml.name == "Q4_0"
+        values = reader.get("m.weight")
+    expected = SafetensorsStore.from_file(src).with_dequantize("f32").get_tensor("m.weight")
+    assert expected is not None
+    np.testing.assert_array_equal(values, expected.to_numpy())

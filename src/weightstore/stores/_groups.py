@@ -278,14 +278,16 @@ def groups_for_save(
     fmt: ContainerFormat, snapshots: Sequence[TensorSnapshot]
 ) -> Sequence[TensorSnapshot]:
     """`snapshots` as `fmt` holds their quantized tensors without dequantizing them: part by
-    part where the format stores plain tensors; an MXFP4 pair as one tensor of ggml MXFP4
-    blocks in GGUF, and a GGUF MXFP4 tensor as the ``_blocks`` + ``_scales`` pair elsewhere,
-    byte for byte either way (`mxfp4_to_ggml`).
+    part where the format stores plain tensors; in GGUF an MXFP4 pair as one tensor of ggml
+    MXFP4 blocks, a symmetric int8 or int4 group of 32-column groups as Q8_0 or Q4_0 blocks,
+    and a GGUF MXFP4 tensor as the ``_blocks`` + ``_scales`` pair elsewhere, byte for byte
+    every way (`mxfp4_to_ggml`, `int_group_to_ggml`).
 
     Raises:
         InvalidOptionError: a torch quantized tensor (its scales live in the pickle, which no
-            other format has a place for), or a group GGUF has no block type for; each names
-            the tensor, the layout and ``with_dequantize``.
+            other format has a place for), or a group GGUF has no block type for (FP8, NVFP4,
+            asymmetric or other group sizes); each names the tensor, the layout, why and
+            ``with_dequantize``.
     """
     from weightstore.snapshot import stored_blocks
 
@@ -320,16 +322,63 @@ def groups_for_save(
         elif group.layout == "mxfp4":
             if tag.role == "codes":
                 kept.append(_ggml_mxfp4(snapshot, partners[(id(group), "scale")]))
-        else:
-            raise InvalidOptionError(
-                f"{snapshot.full_path!r} is part of a {group.layout} quantized tensor "
-                f"({group.name!r}), and {fmt.title} has no block type for {group.layout}: "
-                "read the source with .with_dequantize('bf16') (convert: --dequantize bf16) "
-                "to save its values",
-                option="dequantize",
-                format=fmt.name,
-            )
+        elif tag.role == "codes":
+            roles = {role: s for (key, role), s in partners.items() if key == id(group)}
+            kept.append(_ggml_int(group, roles, fmt))
     return kept
+
+
+def _no_block_type(group: QuantizedGroup, part: str, why: str, fmt: ContainerFormat) -> Exception:
+    return InvalidOptionError(
+        f"{part!r} is part of a {group.layout} quantized tensor ({group.name!r}), which "
+        f"{fmt.title} cannot hold as blocks: {why}; read the source with "
+        ".with_dequantize('bf16') (convert: --dequantize bf16) to save its values",
+        option="dequantize",
+        format=fmt.name,
+    )
+
+
+def _ggml_int(
+    group: QuantizedGroup, roles: Mapping[str, TensorSnapshot], fmt: ContainerFormat
+) -> TensorSnapshot:
+    """An int8 or int4 group as one snapshot of ggml Q8_0 / Q4_0 blocks, repacked byte for
+    byte (`quantized._int_ggml`); refused naming why when ggml has no such block."""
+    from weightstore.dtypes import from_name
+    from weightstore.quantized._hf_dequantize import dequantize_group
+    from weightstore.quantized._int_ggml import ggml_type_for, int_group_to_ggml, scale_as_float16
+    from weightstore.snapshot import StoredBlocks, TensorSnapshot
+
+    codes = roles["codes"]
+    ggml_type, why = ggml_type_for(group, roles["scale"].dtype.name)
+    scale16 = None if ggml_type is None else scale_as_float16(roles["scale"].to_numpy())
+    if ggml_type is not None and scale16 is None:
+        why = f"its {roles['scale'].dtype.name} scales are not all exact in float16, ggml's"
+    if ggml_type is None or scale16 is None:
+        raise _no_block_type(group, codes.full_path, why, fmt)
+    stored = codes.full_path  # the names as saved (a remap may have renamed the group)
+    named = group.replace(
+        name=stored.removesuffix("_packed") if group.layout == "int-pack" else stored,
+        codes=stored,
+        companions={role: roles[role].full_path for role in group.companions},
+    )
+    f32 = from_name("F32")
+
+    def arrays() -> dict[str, Any]:
+        return {s.full_path: s.to_numpy() for s in roles.values()}
+
+    def values(dtype: Any = f32) -> Any:
+        wanted = from_name(dtype) if isinstance(dtype, str) else dtype
+        return dequantize_group(named, arrays(), wanted.numpy)
+
+    def ggml_blocks() -> Any:
+        return int_group_to_ggml(named, ggml_type, arrays(), scale16)
+
+    load = functools.partial(values, f32)
+    blocks = StoredBlocks(ggml_type, ggml_blocks, values, load)
+    return TensorSnapshot(
+        tuple(named.name.split(".")), f32, named.logical_shape, load, codes.container, None,
+        blocks,
+    )  # fmt: skip
 
 
 def unstorable_part(
