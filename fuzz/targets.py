@@ -35,10 +35,11 @@ import numpy as np
 from fuzz.index_targets import INDEX_PARSERS, exercise_index
 from weightstore import cli, formats
 from weightstore.burnpack import BurnpackReader
-from weightstore.errors import WeightstoreError
+from weightstore.errors import InvalidOptionError, WeightstoreError
 from weightstore.quantized import dequantize_group, recognise
 from weightstore.quantized._hf_int import LAYOUT as INT_PACK
 from weightstore.quantized._hf_int import resolve_int_pack
+from weightstore.quantized._hf_slice import SLICED_LAYOUTS, slice_group
 from weightstore.safetensors import SafetensorsReader
 
 __all__ = [
@@ -215,6 +216,36 @@ def _exercise_groups(reader: Any) -> None:
                 COUNTS["groups dequantized"] += 1
             except WeightstoreError:
                 COUNTS["dequantize refused"] += 1
+                continue
+            _exercise_slices(group, parts, values)
+
+
+def _exercise_slices(group: Any, parts: dict[str, Any], values: Any) -> None:
+    """A box of a dequantized group (the first half of its rows, the last two thirds of its
+    columns) read as `slice_group` says, enclosed and on block edges: its values must be
+    those of the whole dequantization, cut (a difference is a finding, not a refusal)."""
+    if group.layout not in SLICED_LAYOUTS or not values.size:
+        return
+    shapes = {name: tuple(array.shape) for name, array in parts.items()}
+    box = [(0, size) for size in values.shape]
+    box[0] = (0, max(1, values.shape[0] // 2))
+    box[-1] = (values.shape[-1] // 3, values.shape[-1])
+    want = values[tuple(slice(a, b) for a, b in box)]
+    for enclose in (True, False):
+        try:
+            cut = slice_group(group, shapes, box, enclose=enclose)
+        except InvalidOptionError:
+            COUNTS["slices refused"] += 1
+            continue
+        read = {n: parts[n] if key is None else parts[n][key] for n, key in cut.parts.items()}
+        read.update({name: np.asarray(ints, np.int64) for name, ints in cut.derived})
+        try:
+            got = dequantize_group(cut.group, read)[cut.keep]
+        except WeightstoreError as err:  # the whole dequantized, so its slice must
+            raise AssertionError(f"slice {box} of {group.name!r} refused: {err}") from err
+        if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
+            raise AssertionError(f"slice {box} of {group.name!r} ({group.layout}) differs")
+        COUNTS["slices checked"] += 1
 
 
 def _pytorch(path: str) -> None:
