@@ -85,22 +85,29 @@ class StoredBlocks(ValueRecord):
     a transpose) no longer has it (`stored_blocks`), since its values are no longer these.
 
     Attributes:
-        encoding: the ggml type name (``"Q4_K"``), or a quantized group's layout
-            (``"fp8-block"``) for a group read dequantized.
-        read_blocks: the stored bytes (``uint8``) as a GGUF writer copies them, or None when
-            GGUF has no type for the encoding.
+        encoding: the ggml type name (``"Q4_K"``), ``"QFLOAT"`` for a Burn QFloat tensor, or a
+            quantized group's layout (``"fp8-block"``) for a group read dequantized.
+        read_blocks: the stored bytes (``uint8``) as a GGUF writer copies them (a burnpack
+            writer, for QFloat), or None when GGUF has no type for the encoding.
         read_as: the values in a float `DType` (``BF16``), decoded straight to it.
         load: the snapshot load these describe.
+        quant_scheme: a QFloat tensor's scheme as its descriptor holds it, for the writer
+            to keep verbatim; None for the rest.
+        nbytes: a QFloat tensor's byte length (its scheme's, not its shape's); -1 otherwise.
     """
 
     encoding: str
     read_blocks: Callable[[], Any] | None = field(compare=False)
     read_as: Callable[[DType], Any] = field(compare=False)
     load: Any = field(compare=False)
+    quant_scheme: Mapping[str, Any] | None = field(default=None, compare=False)
+    nbytes: int = -1
 
     def rebound(self, load: Any) -> StoredBlocks:
         """The same blocks for a load that reads the same values (a progress counter)."""
-        return StoredBlocks(self.encoding, self.read_blocks, self.read_as, load)
+        return StoredBlocks(
+            self.encoding, self.read_blocks, self.read_as, load, self.quant_scheme, self.nbytes
+        )
 
 
 class GroupPart(ValueRecord):
@@ -248,12 +255,30 @@ def reader_snapshots(
         TensorSnapshot(tuple(split(name, ".")), dtype, shape, partial(get, name), (), param_id)
         for name, dtype, shape, param_id in infos
     ]
+    if any(snapshot.dtype.kind == "q" for snapshot in snapshots):  # Burn's QFloat
+        snapshots = [_with_qfloat_bytes(reader, s) if s.dtype.kind == "q" else s for s in snapshots]
     encoding_of = getattr(reader, "stored_encoding", None)  # GGUF's quantized tensors
     if encoding_of is None:
         return snapshots
     return [
         _with_blocks(reader, snapshot, encoding_of(snapshot.full_path)) for snapshot in snapshots
     ]
+
+
+def _with_qfloat_bytes(reader: Any, snapshot: TensorSnapshot) -> TensorSnapshot:
+    """A QFloat snapshot carrying its stored bytes and scheme: `get` refuses it (no plain
+    dtype holds it), but a copy into burnpack keeps it byte for byte."""
+    name = snapshot.full_path
+    descriptor = reader.descriptor(name)
+    scheme = getattr(descriptor, "quant_scheme", None)
+    if scheme is None or not hasattr(reader, "get_bytes"):
+        return snapshot
+    stored = StoredBlocks(
+        "QFLOAT", functools.partial(reader.get_bytes, name),
+        functools.partial(reader.get_dequantized, name), snapshot.load, scheme,
+        descriptor.nbytes,
+    )  # fmt: skip
+    return snapshot.replace(stored=stored)
 
 
 def _with_blocks(reader: Any, snapshot: TensorSnapshot, encoding: str | None) -> TensorSnapshot:

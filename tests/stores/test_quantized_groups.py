@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests._optional import need
-from weightstore.errors import LoadFailedError
+from weightstore.errors import InvalidOptionError, LoadFailedError
 from weightstore.quantized import QuantizedGroup, dequantize_group
 from weightstore.stores import BurnpackStore, PytorchStore, SafetensorsStore
 
@@ -332,3 +332,54 @@ def test_a_burn_qfloat_tensor_loads_dequantized(tmp_path: Path) -> None:
     assert result.is_success(), result
     assert result.quantized == {"q": "burn"}
     assert np.array_equal(model["q"], expected_values(codes, scales, (1, 8)))
+
+
+@pytest.mark.parametrize(
+    ("value", "store", "block"),
+    [("Q8S", "Native", (1, 8)), ("Q4S", {"PackedU32": 0}, (2, 8)), ("Q2S", {"PackedU32": 0}, None)],
+)
+def test_a_burn_qfloat_tensor_is_copied_into_burnpack_byte_for_byte(
+    tmp_path: Path, value: str, store: Any, block: tuple[int, ...] | None
+) -> None:
+    from tests.burnpack.test_qfloat import block_scales, build, random_codes, scheme
+    from weightstore.burnpack import BurnpackReader
+
+    codes = random_codes((4, 16), value, seed=2)
+    scales = block_scales((4, 16), block, 3) if block else np.array([0.5], np.float32)
+    quant = scheme(value, store, block=block)
+    data, file_bytes = build(codes, quant, scales, "F32")
+    source = tmp_path / "q.bpk"
+    source.write_bytes(file_bytes)
+    copy = tmp_path / "copy.bpk"
+    BurnpackStore.from_file(copy).collect_from(
+        BurnpackStore.from_file(source).with_key_remapping(r"^q$", "layer.weight")
+    )
+    with (
+        BurnpackReader.from_file(str(copy)) as reader,
+        BurnpackReader.from_file(str(source)) as original,
+    ):
+        assert bytes(reader.get_bytes("layer.weight")) == data
+        assert reader.descriptor("layer.weight").quant_scheme == quant
+        assert np.array_equal(reader.get_dequantized("layer.weight"), original.get_dequantized("q"))
+    [group] = BurnpackStore.from_file(copy).quantized_groups()
+    assert (group.name, group.layout) == ("layer.weight", "burn")
+
+
+def test_a_burn_qfloat_tensor_into_safetensors_is_refused_naming_dequantize(tmp_path: Path) -> None:
+    from tests.burnpack.test_qfloat import build, random_codes, scheme
+
+    _, file_bytes = build(
+        random_codes((2, 8), "Q8S", 0), scheme("Q8S"), np.ones(1, np.float32), "F32"
+    )
+    (tmp_path / "q.bpk").write_bytes(file_bytes)
+    source = BurnpackStore.from_file(tmp_path / "q.bpk")
+    target = tmp_path / "q.safetensors"
+    with pytest.raises(InvalidOptionError) as caught:
+        SafetensorsStore.from_file(target).collect_from(source)
+    assert str(caught.value).startswith(
+        "'q' is the codes of a burn quantized tensor ('q'), and dtype QFLOAT cannot be stored "
+        "in SafeTensors: read the source with .with_dequantize('bf16')"
+    )
+    assert not target.exists()
+    SafetensorsStore.from_file(target).collect_from(source.with_dequantize("f32"))
+    assert SafetensorsStore.from_file(target).get_tensor("q") is not None

@@ -349,10 +349,11 @@ def _ggml_int(
     from weightstore.snapshot import StoredBlocks, TensorSnapshot
 
     codes = roles["codes"]
-    ggml_type, why = ggml_type_for(group, roles["scale"].dtype.name)
-    scale16 = None if ggml_type is None else scale_as_float16(roles["scale"].to_numpy())
-    if ggml_type is not None and scale16 is None:
-        why = f"its {roles['scale'].dtype.name} scales are not all exact in float16, ggml's"
+    scale = roles.get("scale")
+    ggml_type, why = ggml_type_for(group, "" if scale is None else scale.dtype.name)
+    scale16 = None if ggml_type is None or scale is None else scale_as_float16(scale.to_numpy())
+    if ggml_type is not None and scale16 is None and scale is not None:
+        why = f"its {scale.dtype.name} scales are not all exact in float16, ggml's"
     if ggml_type is None or scale16 is None:
         raise _no_block_type(group, codes.full_path, why, fmt)
     stored = codes.full_path  # the names as saved (a remap may have renamed the group)

@@ -21,7 +21,8 @@ from weightstore.stores._options import StoreOptions
 from weightstore.stores._source import Output, file_path
 
 if TYPE_CHECKING:
-    from weightstore.snapshot import TensorSnapshot
+    from weightstore.entry import TensorEntry
+    from weightstore.snapshot import StoredBlocks, TensorSnapshot
 
 __all__ = ["default_metadata", "marked_defaults", "save_metadata", "write_snapshots"]
 
@@ -92,20 +93,11 @@ def write_snapshots(
             "SafetensorsStore",
             format=fmt.name,
         )
-    from weightstore.entry import TensorEntry
     from weightstore.io._atomic import write_atomic
     from weightstore.snapshot import stored_blocks
 
     snapshots = groups_for_save(fmt, snapshots)
-    entries = [
-        TensorEntry(
-            s.full_path, s.dtype, s.shape, s.to_numpy, s.param_id,
-            blocks=None if stored is None or stored.read_blocks is None
-            else (stored.encoding, stored.read_blocks),
-        )
-        for s in snapshots
-        for stored in (stored_blocks(s),)
-    ]  # fmt: skip
+    entries = [_entry(s, stored_blocks(s)) for s in snapshots]
     metadata = save_metadata(options.metadata, fmt, framework)
     config = carried_config(snapshots)  # tagged parts remain only where saved part by part
     if config is not None and "quantization_config" not in metadata:
@@ -145,6 +137,23 @@ def write_snapshots(
         output.data = writer.to_bytes()
         return None
     raise InvalidOptionError("a static buffer store is read-only")
+
+
+def _entry(snapshot: TensorSnapshot, stored: StoredBlocks | None) -> TensorEntry:
+    """`snapshot` for a writer: its values, with the blocks behind them where it has some; a
+    Burn QFloat tensor as its stored bytes and scheme (no writer takes its values as such)."""
+    from weightstore.entry import TensorEntry
+
+    if stored is not None and stored.quant_scheme is not None and stored.read_blocks is not None:
+        return TensorEntry(
+            snapshot.full_path, snapshot.dtype, snapshot.shape, stored.read_blocks,
+            snapshot.param_id, stored.nbytes, stored.quant_scheme,
+        )  # fmt: skip
+    blocks = None if stored is None or stored.read_blocks is None else stored.read_blocks
+    return TensorEntry(
+        snapshot.full_path, snapshot.dtype, snapshot.shape, snapshot.to_numpy, snapshot.param_id,
+        blocks=None if stored is None or blocks is None else (stored.encoding, blocks),
+    )  # fmt: skip
 
 
 def _set_directory(
