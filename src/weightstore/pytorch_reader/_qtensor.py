@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
-from weightstore.errors import DescriptorError, DTypeError, QuantizedTensorError
-from weightstore.pytorch_reader._objects import GlobalRef
+from weightstore.errors import DescriptorError, DTypeError, QuantizedTensorError, SliceError
+from weightstore.pytorch_reader._objects import GlobalRef, clip
 from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
 
 if TYPE_CHECKING:
@@ -238,6 +238,45 @@ def dequantize(
         else:
             _times_in_float64(values, scales, info.axis)
     return values if dtype == np.float32 else values.astype(dtype)
+
+
+def part_of(
+    info: QuantizedInfo,
+    index: object,
+    *,
+    path: str | None = None,
+    tensor: str | None = None,
+) -> tuple[QuantizedInfo, tuple[slice, ...]]:
+    """The parameters of the part of a quantized tensor that `index` (a tuple of slices, at
+    most one per dim) selects, and that index checked: the part's shape, and per channel the
+    scales and zero points of the channels it keeps, so `dequantize` of the part's codes is
+    the whole tensor's values cut to `index`, bit for bit.
+
+    Raises:
+        SliceError: `index` is not such a tuple.
+    """
+    shape = info.shape
+    if (
+        not isinstance(index, tuple)
+        or len(index) > len(shape)
+        or not all(isinstance(item, slice) for item in index)
+    ):
+        raise SliceError(
+            f"a quantized part is cut by at most {len(shape)} slices, not {bounded_repr(index)}",
+            path=path,
+            tensor=tensor,
+        )
+    key = index + (slice(None),) * (len(shape) - len(index))
+    try:
+        ranges = [range(size)[item] for size, item in zip(shape, key, strict=True)]
+    except (TypeError, ValueError) as err:  # a zero step, a bound that is no integer
+        raise SliceError(clip(str(err)), path=path, tensor=tensor) from None
+    part = info.replace(shape=tuple(len(kept) for kept in ranges))
+    if info.axis is None:
+        return part, key
+    assert info.scales is not None and info.zero_points is not None
+    channels = key[info.axis]
+    return part.replace(scales=info.scales[channels], zero_points=info.zero_points[channels]), key
 
 
 def _times_in_float64(

@@ -43,7 +43,12 @@ from weightstore.pytorch_reader._layout import (
 )
 from weightstore.pytorch_reader._loaded import Layout
 from weightstore.pytorch_reader._policy import Scan, scan_globals
-from weightstore.pytorch_reader._qtensor import QuantizedInfo, QuantizedTensor, dequantize
+from weightstore.pytorch_reader._qtensor import (
+    QuantizedInfo,
+    QuantizedTensor,
+    dequantize,
+    part_of,
+)
 from weightstore.pytorch_reader._tensors import LazyTensor, TensorSlice, UnreadableTensor
 from weightstore.pytorch_reader._walk import Leaf, name_tensors, short_repr, tensor_holders
 
@@ -318,6 +323,34 @@ class PytorchReader:
             DTypeError: `dtype` is not F32, F16, BF16 or F64.
             The errors of `quantized_codes`.
         """
+        output = self._dequantized_dtype(name, dtype)
+        quantized = self._quantized(name)
+        info = quantized.info(self.path, name)
+        codes = quantized.codes_array(self.path, name, info)
+        return dequantize(info, codes, output)
+
+    def get_dequantized_part(
+        self, name: str, index: tuple[slice, ...], dtype: DType | str = "F32"
+    ) -> np.ndarray[Any, Any]:
+        """``get_dequantized(name, dtype)[index]`` bit for bit, converting only the codes
+        `index` selects (with their channels' scales and zero points), so that a rank holding
+        a slice allocates about its share. In ``"mmap"`` mode (the default) only the pages
+        under the slice are read; in ``"pread"`` mode the storage is read whole, as `get_slice`
+        reads any tensor.
+
+        Raises:
+            SliceError: `index` is not a tuple of at most one slice per dim.
+            The errors of `get_dequantized`.
+        """
+        output = self._dequantized_dtype(name, dtype)
+        quantized = self._quantized(name)
+        info = quantized.info(self.path, name)
+        part_info, key = part_of(info, index, path=self.path, tensor=name)
+        codes = quantized.codes_array(self.path, name, info)
+        return dequantize(part_info, np.ascontiguousarray(codes[key]), output)
+
+    def _dequantized_dtype(self, name: str, dtype: DType | str) -> np.dtype[Any]:
+        """The NumPy dtype `dtype` names, or the `DTypeError` of `get_dequantized`."""
         try:
             output = from_name(dtype) if isinstance(dtype, str) else dtype
         except DTypeError as err:
@@ -328,10 +361,7 @@ class PytorchReader:
                 path=self.path,
                 tensor=name,
             )
-        quantized = self._quantized(name)
-        info = quantized.info(self.path, name)
-        codes = quantized.codes_array(self.path, name, info)
-        return dequantize(info, codes, output.numpy)
+        return output.numpy
 
     def _quantized(self, name: str) -> QuantizedTensor:
         """Tensor `name` as a quantized tensor; `QuantizedTensorError` when it is another
