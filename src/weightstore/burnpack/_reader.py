@@ -8,9 +8,10 @@ with every descriptor proven consistent, or fails at open with an error naming t
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import cbor2
 
@@ -47,6 +48,7 @@ from weightstore.errors import (
     HeaderError,
     LimitExceeded,
     MetadataError,
+    SliceError,
     TruncatedError,
     UnsupportedVersionError,
 )
@@ -272,6 +274,108 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         """
         from weightstore.quantized._burn_qfloat import check_burn_qfloat, dequantize_burn_qfloat
 
+        output = self._dequantized_dtype(name, dtype)
+        scheme = self.quant_scheme(name)
+        descriptor = self.descriptors[name]
+        check_burn_qfloat(scheme, descriptor.shape, descriptor.nbytes, path=self.path, tensor=name)
+        data = self.get_bytes(name)
+        return dequantize_burn_qfloat(
+            data, descriptor.shape, scheme, output, path=self.path, tensor=name
+        )
+
+    def get_dequantized_part(
+        self, name: str, index: tuple[slice, ...], dtype: DType | str = "F32"
+    ) -> np.ndarray[Any, Any]:
+        """``get_dequantized(name, dtype)[index]`` bit for bit, reading only the codes and
+        scales of the blocks (and packed words) around the box `index` selects, so that a rank
+        holding a slice reads about its share. `index` is a tuple of slices, at most one per
+        dim; only the scales read are checked to be finite.
+
+        Raises:
+            SliceError: `index` is not such a tuple.
+            The errors of `get_dequantized`.
+        """
+        from weightstore.quantized._burn_qfloat import (
+            SCALE_SIZES,
+            check_burn_qfloat,
+            dequantize_burn_part,
+            plan_burn_part,
+        )
+
+        output = self._dequantized_dtype(name, dtype)
+        scheme = self.quant_scheme(name)
+        descriptor = self.descriptors[name]
+        shape = descriptor.shape
+        check_burn_qfloat(scheme, shape, descriptor.nbytes, path=self.path, tensor=name)
+        ranges = self._ranges(name, index, shape)
+        if not shape:
+            return self.get_dequantized(name, dtype)
+        if any(len(kept) == 0 for kept in ranges):
+            return np.empty(tuple(len(kept) for kept in ranges), output)
+        part = plan_burn_part(scheme, shape, ranges)
+        check = self._whole_checker(name)
+        if check is not None:
+            check()  # a digest covers the whole tensor's bytes; checked once, as get_slice does
+        start = descriptor.data_offsets[0]
+        code_bytes = 4 if scheme.num_quants > 1 else 1
+        scales_at = start + math.prod(part.codes_shape) * code_bytes
+        scale_size = SCALE_SIZES[scheme.scale_dtype]
+        codes = self._region(
+            name, "U32" if code_bytes == 4 else "I8", part.codes_shape, start, part.codes_box
+        )
+        if part.scales_box is None:
+            scales = self._source.read(self.data_start + scales_at, scale_size, "scale", name)
+            global_scale = None
+        else:
+            grid = scheme.scale_grid(shape)
+            raw = self._region(name, _WORDS[scale_size], grid, scales_at, part.scales_box)
+            scales = memoryview(raw.tobytes())  # a few bytes per block
+            global_scale = None
+            if scheme.global_scale is not None:
+                global_at = self.data_start + scales_at + math.prod(grid) * scale_size
+                size = SCALE_SIZES[scheme.global_scale]
+                global_scale = self._source.read(global_at, size, "scale", name)
+        return dequantize_burn_part(
+            part, scheme, codes, scales, global_scale, output, path=self.path, tensor=name
+        )
+
+    def _region(
+        self,
+        name: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        offset: int,
+        box: tuple[tuple[int, int], ...],
+    ) -> np.ndarray[Any, Any]:
+        """Box `box` of an array of `shape` and `dtype` at `offset` inside tensor `name`'s
+        bytes (its codes or its scales), read by the runs `TensorSlice` plans."""
+        element = from_name(dtype)
+        end = offset + math.prod(shape) * element.itemsize
+        region = _Region(name, element, shape, (offset, end))
+        return TensorSlice(self._source, self.data_start, region)[
+            tuple(slice(low, high) for low, high in box)
+        ]
+
+    def _ranges(self, name: str, index: object, shape: tuple[int, ...]) -> tuple[range, ...]:
+        """`index` as one range per dim, or the `SliceError` naming the tensor."""
+        if (
+            not isinstance(index, tuple)
+            or len(index) > len(shape)
+            or not all(isinstance(item, slice) for item in index)
+        ):
+            raise SliceError(
+                f"a QFloat part is cut by at most {len(shape)} slices, not {bounded_repr(index)}",
+                path=self.path,
+                tensor=name,
+            )
+        key = index + (slice(None),) * (len(shape) - len(index))
+        try:
+            return tuple(range(size)[item] for size, item in zip(shape, key, strict=True))
+        except (TypeError, ValueError) as err:  # a zero step, a bound that is no integer
+            raise SliceError(bounded_repr(str(err)), path=self.path, tensor=name) from None
+
+    def _dequantized_dtype(self, name: str, dtype: DType | str) -> np.dtype[Any]:
+        """The output dtype, F32, F16 or BF16, or the `DTypeError` of `get_dequantized`."""
         output = from_name(dtype) if isinstance(dtype, str) else dtype
         if output.name not in ("F32", "F16", "BF16") or output.numpy is None:
             raise DTypeError(
@@ -279,13 +383,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
                 path=self.path,
                 tensor=name,
             )
-        scheme = self.quant_scheme(name)
-        descriptor = self.descriptors[name]
-        check_burn_qfloat(scheme, descriptor.shape, descriptor.nbytes, path=self.path, tensor=name)
-        data = self.get_bytes(name)
-        return dequantize_burn_qfloat(
-            data, descriptor.shape, scheme, output.numpy, path=self.path, tensor=name
-        )
+        return output.numpy
 
     def get_slice(self, name: str) -> TensorSlice:
         """A lazily read tensor: index it (``[a:b, ::2, i]``) to read only the part selected.
@@ -298,6 +396,19 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         """
         descriptor = self.descriptor(name)
         return TensorSlice(self._source, self.data_start, descriptor, self._whole_checker(name))
+
+
+_WORDS: Final = {1: "U8", 2: "U16", 4: "U32"}
+"""The unsigned dtype a stored scale of that many bytes is read as, before it is decoded."""
+
+
+class _Region(NamedTuple):
+    """A part of a QFloat tensor's bytes (its codes or scales) as `TensorSlice` reads one."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]
 
 
 def _parse_string_map(value: object, path: str | None) -> dict[str, str]:

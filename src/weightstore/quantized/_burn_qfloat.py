@@ -32,11 +32,14 @@ else:
 
 __all__ = [
     "BURN_DEQUANTIZABLE_VALUES",
+    "BurnPart",
     "BurnQuantScheme",
     "burn_qfloat_nbytes",
     "check_burn_qfloat",
+    "dequantize_burn_part",
     "dequantize_burn_qfloat",
     "parse_burn_scheme",
+    "plan_burn_part",
 ]
 
 VALUE_BITS: Final = {
@@ -338,12 +341,18 @@ def _codes(
     if scheme.num_quants == 1:
         return np.frombuffer(raw, np.int8).reshape(shape)
     words = np.frombuffer(raw, "<u4").reshape(storage)
-    bits, quants = scheme.bits, scheme.num_quants
     if not shape:
-        return _unpack(words, bits, quants)[:1].reshape(())
+        return _unpack(words, scheme.bits, scheme.num_quants)[:1].reshape(())
     axis = len(shape) - 1 - (scheme.packed_dim or 0)
+    return _unpack_along(words, axis, shape[axis], scheme)
+
+
+def _unpack_along(
+    words: np.ndarray[Any, Any], axis: int, length: int, scheme: BurnQuantScheme
+) -> np.ndarray[Any, Any]:
+    """Words packed along `axis` as the first `length` signed codes of each line."""
     lines = np.moveaxis(words, axis, -1)
-    unpacked = _unpack(lines, bits, quants)[..., : shape[axis]]
+    unpacked = _unpack(lines, scheme.bits, scheme.num_quants)[..., :length]
     return np.moveaxis(unpacked, -1, axis)
 
 
@@ -390,3 +399,94 @@ def _scaled_blocks(
         chunk = codes[start:stop].astype(np.float32)
         out[start:stop] = (grid * chunk).astype(output)
     return out
+
+
+class BurnPart(ValueRecord):
+    """What a box of a QFloat tensor needs read (`plan_burn_part`): the smallest box around
+    it whose every edge falls on a block and a packed word (or the tensor's end), in the
+    coordinates of each stored part.
+
+    Attributes:
+        codes_shape: the stored codes' grid: the logical shape with the packed dim counted in
+            words (one byte per code otherwise).
+        codes_box: ``(start, stop)`` per dim of `codes_shape` to read.
+        scales_box: ``(start, stop)`` per dim of the block-scale grid to read, or ``None``
+            for a per-tensor scale.
+        enclosing: the logical box those codes decode to.
+        keep: the slices that cut the asked-for box out of `enclosing`.
+    """
+
+    codes_shape: tuple[int, ...]
+    codes_box: tuple[tuple[int, int], ...]
+    scales_box: tuple[tuple[int, int], ...] | None
+    enclosing: tuple[tuple[int, int], ...]
+    keep: tuple[slice, ...]
+
+
+def plan_burn_part(
+    scheme: BurnQuantScheme, shape: tuple[int, ...], index: tuple[range, ...]
+) -> BurnPart:
+    """The reads that give the values `index` selects (one non-empty range per dim of a
+    tensor of at least one dim, as ``range(n)[slice]`` normalizes a slice), checked by
+    `check_burn_qfloat` beforehand."""
+    block = scheme.block_dims(len(shape)) if scheme.block is not None else (1,) * len(shape)
+    packed = len(shape) - 1 - (scheme.packed_dim or 0) if scheme.num_quants > 1 else -1
+    codes_shape = scheme.storage_shape(shape) if scheme.num_quants > 1 else shape
+    codes_box, scales_box, enclosing, keep = [], [], [], []
+    for axis, (size, kept) in enumerate(zip(shape, index, strict=True)):
+        quants = scheme.num_quants if axis == packed else 1
+        align = math.lcm(block[axis], quants)
+        low, high = min(kept[0], kept[-1]), max(kept[0], kept[-1]) + 1
+        low, high = low // align * align, min(-(-high // align) * align, size)
+        codes_box.append((low // quants, -(-high // quants)))
+        scales_box.append((low // block[axis], -(-high // block[axis])))
+        enclosing.append((low, high))
+        stop = kept.stop - low
+        keep.append(slice(kept.start - low, stop if stop >= 0 else None, kept.step))
+    return BurnPart(
+        codes_shape,
+        tuple(codes_box),
+        tuple(scales_box) if scheme.block is not None else None,
+        tuple(enclosing),
+        tuple(keep),
+    )
+
+
+def dequantize_burn_part(
+    part: BurnPart,
+    scheme: BurnQuantScheme,
+    codes: np.ndarray[Any, Any],
+    scales: memoryview,
+    global_scale: memoryview | None,
+    dtype: np.dtype[Any],
+    *,
+    path: str | None = None,
+    tensor: str | None = None,
+) -> np.ndarray[Any, Any]:
+    """The values of `part`: `codes` (``int8``, or the ``uint32`` words, of its `codes_box`),
+    `scales` (the stored bytes of its `scales_box`, or the one per-tensor scale) and a
+    two-level scheme's `global_scale` bytes, dequantized exactly as `dequantize_burn_qfloat`
+    dequantizes the whole tensor, then cut to the asked-for box.
+
+    Raises:
+        DescriptorError: a scale read is not finite.
+    """
+    extents = tuple(high - low for low, high in part.enclosing)
+    if scheme.num_quants > 1:
+        axis = len(extents) - 1 - (scheme.packed_dim or 0)
+        codes = _unpack_along(codes, axis, extents[axis], scheme)
+    decoded = _decode_scales(scales, scheme.scale_dtype)
+    if global_scale is not None and scheme.global_scale is not None:
+        decoded = (_decode_scales(global_scale, scheme.global_scale)[0] * decoded).astype(
+            np.float32
+        )
+    if not np.isfinite(decoded).all():
+        raise DescriptorError("QFloat scales are not all finite", path=path, tensor=tensor)
+    if part.scales_box is None:
+        values = _scaled_flat(codes, decoded.reshape(-1)[0], extents, dtype)
+    else:
+        grid = decoded.reshape(tuple(high - low for low, high in part.scales_box))
+        values = _scaled_blocks(codes, grid, scheme.block_dims(len(extents)), dtype)
+    if part.keep == tuple(slice(0, extent, 1) for extent in extents):
+        return values
+    return np.ascontiguousarray(values[part.keep])
