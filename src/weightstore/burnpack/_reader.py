@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import cbor2
 
+from weightstore.base._boxes import box_ranges
 from weightstore.base._cause import refuse_not_weights
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import MAX_REPR_SIZE, bounded_repr
@@ -48,7 +49,6 @@ from weightstore.errors import (
     HeaderError,
     LimitExceeded,
     MetadataError,
-    SliceError,
     TruncatedError,
     UnsupportedVersionError,
 )
@@ -307,7 +307,7 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         descriptor = self.descriptors[name]
         shape = descriptor.shape
         check_burn_qfloat(scheme, shape, descriptor.nbytes, path=self.path, tensor=name)
-        ranges = self._ranges(name, index, shape)
+        ranges = box_ranges(index, shape, path=self.path, tensor=name)
         if not shape:
             return self.get_dequantized(name, dtype)
         if any(len(kept) == 0 for kept in ranges):
@@ -355,24 +355,6 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         return TensorSlice(self._source, self.data_start, region)[
             tuple(slice(low, high) for low, high in box)
         ]
-
-    def _ranges(self, name: str, index: object, shape: tuple[int, ...]) -> tuple[range, ...]:
-        """`index` as one range per dim, or the `SliceError` naming the tensor."""
-        if (
-            not isinstance(index, tuple)
-            or len(index) > len(shape)
-            or not all(isinstance(item, slice) for item in index)
-        ):
-            raise SliceError(
-                f"a QFloat part is cut by at most {len(shape)} slices, not {bounded_repr(index)}",
-                path=self.path,
-                tensor=name,
-            )
-        key = index + (slice(None),) * (len(shape) - len(index))
-        try:
-            return tuple(range(size)[item] for size, item in zip(shape, key, strict=True))
-        except (TypeError, ValueError) as err:  # a zero step, a bound that is no integer
-            raise SliceError(bounded_repr(str(err)), path=self.path, tensor=name) from None
 
     def _dequantized_dtype(self, name: str, dtype: DType | str) -> np.dtype[Any]:
         """The output dtype, F32, F16 or BF16, or the `DTypeError` of `get_dequantized`."""

@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._boxes import box_ranges
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
-from weightstore.errors import DescriptorError, DTypeError, QuantizedTensorError, SliceError
-from weightstore.pytorch_reader._objects import GlobalRef, clip
+from weightstore.errors import DescriptorError, DTypeError, QuantizedTensorError
+from weightstore.pytorch_reader._objects import GlobalRef
 from weightstore.pytorch_reader._tensors import LazyTensor, UnreadableTensor
 
 if TYPE_CHECKING:
@@ -255,22 +256,8 @@ def part_of(
     Raises:
         SliceError: `index` is not such a tuple.
     """
-    shape = info.shape
-    if (
-        not isinstance(index, tuple)
-        or len(index) > len(shape)
-        or not all(isinstance(item, slice) for item in index)
-    ):
-        raise SliceError(
-            f"a quantized part is cut by at most {len(shape)} slices, not {bounded_repr(index)}",
-            path=path,
-            tensor=tensor,
-        )
-    key = index + (slice(None),) * (len(shape) - len(index))
-    try:
-        ranges = [range(size)[item] for size, item in zip(shape, key, strict=True)]
-    except (TypeError, ValueError) as err:  # a zero step, a bound that is no integer
-        raise SliceError(clip(str(err)), path=path, tensor=tensor) from None
+    ranges = box_ranges(index, info.shape, path=path, tensor=tensor)
+    key = tuple(slice(r.start, r.stop if r.stop >= 0 else None, r.step) for r in ranges)
     part = info.replace(shape=tuple(len(kept) for kept in ranges))
     if info.axis is None:
         return part, key
