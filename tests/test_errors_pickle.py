@@ -26,6 +26,12 @@ EXAMPLES: list[errors.WeightstoreError] = [
     ),
     errors.NotAFileError("model.safetensors", "a FIFO"),
     errors.InvalidOptionError("bad regex", option="filter", format="burnpack"),
+    errors.LayoutError(
+        "sizes add up to 95",
+        operation="Split(dim=0, sizes=(95,))",
+        shapes=((96, 32),),
+        tensor="qkv",
+    ),
     errors.SetError("shard missing", path="idx.json", tensor="w", shard="model-1.safetensors"),
     errors.SetMismatchError("other save", path="idx.json", shard="s.safetensors"),
     errors.DigestError("unknown algorithm", path="m.safetensors", algorithm="md4"),

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the table below, as type checkers and IDEs see it
     from weightstore.errors import HeaderError as HeaderError
     from weightstore.errors import InvalidOptionError as InvalidOptionError
     from weightstore.errors import KeyNotFoundError as KeyNotFoundError
+    from weightstore.errors import LayoutError as LayoutError
     from weightstore.errors import LfsPointerError as LfsPointerError
     from weightstore.errors import LimitExceeded as LimitExceeded
     from weightstore.errors import LoadFailedError as LoadFailedError
@@ -124,7 +125,8 @@ _EXPORTS: dict[str, str] = {
             "DescriptorError",
             "DestinationExistsError", "DigestError", "DigestMismatchError",
             "EntryError", "FileMissingError", "FormatError", "HeaderError", "InvalidOptionError",
-            "KeyNotFoundError", "LfsPointerError", "LimitExceeded", "LoadFailedError",
+            "KeyNotFoundError", "LayoutError", "LfsPointerError", "LimitExceeded",
+            "LoadFailedError",
             "MetadataError",
             "MissingStorageError", "ModuleTypeNeededError", "NotAFileError",
             "NotWeightsError",

@@ -4,7 +4,9 @@
 conventions (Linear weights transposed, norm parameters renamed), `PyTorchToFlaxAdapter` /
 `FlaxToPyTorchAdapter` and `BurnToFlaxAdapter` / `FlaxToBurnAdapter` between theirs and Flax's
 (kernels laid out, norm and embedding parameters renamed), `HalfPrecisionAdapter` and
-`FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two.
+`FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two. `Split`, `Concat`,
+`Chunk`, `Stack`, `Unstack`, `Permute`, `Interleave`, `Deinterleave` and `Pipeline` are the
+operations of fused-layout rules (docs/layouts.md), each with a derived inverse.
 
 All but `FloatCastAdapter` decide by the type of the module owning each tensor. A model knows
 it; for a file, `infer_module_types` reads it from names and shapes, and `assign_module_types`
@@ -22,6 +24,18 @@ from weightstore.adapters._inference import (
     assign_module_types,
     infer_module_types,
     needs_module_types,
+)
+from weightstore.adapters._layout_ops import (
+    Chunk,
+    Concat,
+    Deinterleave,
+    Interleave,
+    LayoutOp,
+    Permute,
+    Pipeline,
+    Split,
+    Stack,
+    Unstack,
 )
 from weightstore.adapters._module_types import NORMALIZATION_TYPES, burn_module_type
 from weightstore.adapters._precision import (
@@ -46,16 +60,26 @@ __all__ = [
     "BurnToFlaxAdapter",
     "BurnToPyTorchAdapter",
     "ChainAdapter",
+    "Chunk",
+    "Concat",
+    "Deinterleave",
     "FlaxToBurnAdapter",
     "FlaxToPyTorchAdapter",
     "FloatCastAdapter",
     "HalfPrecisionAdapter",
     "IdentityAdapter",
+    "Interleave",
+    "LayoutOp",
     "ModelConfig",
     "ModuleGuess",
     "ModuleTypeRule",
+    "Permute",
+    "Pipeline",
     "PyTorchToBurnAdapter",
     "PyTorchToFlaxAdapter",
+    "Split",
+    "Stack",
+    "Unstack",
     "assign_module_types",
     "burn_module_type",
     "infer_module_types",

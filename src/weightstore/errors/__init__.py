@@ -30,6 +30,7 @@ resembles, so callers can catch ours or keep their old handlers::
     ├── QuantizeError (ValueError)          values a quantized block type cannot encode
     ├── InvalidOptionError (ValueError)     a builder option that cannot work (bad regex, ...)
     │   └── ModuleTypeNeededError           a module type an adapter needs, unsettled
+    ├── LayoutError (ValueError)            tensors a fused-layout split or merge cannot take
     ├── RemapCollisionError (ValueError)    key remapping sends two tensors to one name
     ├── DestinationExistsError (FileExistsError)  a save would overwrite a file
     ├── SaveFailedError (OSError)           a save could not write its file (disk full, ...)
@@ -102,6 +103,7 @@ from weightstore.errors._usage import (
     EntryError,
     InvalidOptionError,
     KeyNotFoundError,
+    LayoutError,
     LoadFailedError,
     ModuleTypeNeededError,
     QuantizeError,
@@ -127,6 +129,7 @@ __all__ = [
     "HeaderError",
     "InvalidOptionError",
     "KeyNotFoundError",
+    "LayoutError",
     "LfsPointerError",
     "LimitExceeded",
     "LoadFailedError",

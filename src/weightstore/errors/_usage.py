@@ -53,6 +53,32 @@ class InvalidOptionError(WeightstoreError, ValueError):
         ValueError.__init__(self, detail)
 
 
+class LayoutError(WeightstoreError, ValueError):
+    """Tensors that a fused-layout operation cannot take: a split whose sizes do not add up to
+    its dim, a concatenation of tensors that differ off its dim, a chunk that does not divide.
+
+    Attributes:
+        operation: the operation, as it prints (``Split(dim=0, sizes=(64, 32, 32))``).
+        shapes: the shapes it was given.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        operation: str,
+        shapes: tuple[tuple[int, ...], ...],
+        tensor: str | None = None,
+    ) -> None:
+        self.detail = f"{operation}: {detail}"
+        self.path = None
+        self.tensor = tensor
+        self.operation = operation
+        self.shapes = shapes
+        where = f"tensor {bounded_repr(tensor)}: " if tensor is not None else ""
+        ValueError.__init__(self, where + self.detail)
+
+
 class RemapCollisionError(WeightstoreError, ValueError):
     """Key remapping (or index mapping) gives two different tensors the same new name.
 
