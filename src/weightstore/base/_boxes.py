@@ -7,7 +7,7 @@ from __future__ import annotations
 from weightstore.base._render import bounded_repr
 from weightstore.errors import SliceError
 
-__all__ = ["box_ranges"]
+__all__ = ["box_ranges", "range_slice"]
 
 
 def box_ranges(
@@ -35,3 +35,11 @@ def box_ranges(
         return tuple(range(size)[item] for size, item in zip(shape, key, strict=True))
     except (TypeError, ValueError) as err:  # a zero step, a bound that is no integer
         raise SliceError(bounded_repr(str(err)), path=path, tensor=tensor) from None
+
+
+def range_slice(kept: range, offset: int = 0) -> slice:
+    """The slice that selects `kept` (a range `box_ranges` gave) from an array whose first
+    index is `offset` of the whole; a descending range runs through index 0 with a ``None``
+    stop, which no integer spells."""
+    stop = kept.stop - offset
+    return slice(kept.start - offset, stop if stop >= 0 else None, kept.step)

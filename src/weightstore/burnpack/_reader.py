@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cbor2
 
@@ -296,7 +296,6 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
             The errors of `get_dequantized`.
         """
         from weightstore.quantized._burn_qfloat import (
-            SCALE_SIZES,
             check_burn_qfloat,
             dequantize_burn_part,
             plan_burn_part,
@@ -317,26 +316,23 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         if check is not None:
             check()  # a digest covers the whole tensor's bytes; checked once, as get_slice does
         start = descriptor.data_offsets[0]
-        code_bytes = 4 if scheme.num_quants > 1 else 1
-        scales_at = start + math.prod(part.codes_shape) * code_bytes
-        scale_size = SCALE_SIZES[scheme.scale_dtype]
-        codes = self._region(
-            name, "U32" if code_bytes == 4 else "I8", part.codes_shape, start, part.codes_box
+        codes = self._region(name, part.codes_dtype, part.codes_shape, start, part.codes_box)
+        scales = self._region(
+            name, part.scales_dtype, part.scales_grid, start + part.scales_at, part.scales_box
         )
-        if part.scales_box is None:
-            scales = self._source.read(self.data_start + scales_at, scale_size, "scale", name)
-            global_scale = None
-        else:
-            grid = scheme.scale_grid(shape)
-            raw = self._region(name, _WORDS[scale_size], grid, scales_at, part.scales_box)
-            scales = memoryview(raw.tobytes())  # a few bytes per block
-            global_scale = None
-            if scheme.global_scale is not None:
-                global_at = self.data_start + scales_at + math.prod(grid) * scale_size
-                size = SCALE_SIZES[scheme.global_scale]
-                global_scale = self._source.read(global_at, size, "scale", name)
+        global_scale = None
+        if part.global_at is not None:
+            at, size = self.data_start + start + part.global_at, descriptor.nbytes - part.global_at
+            global_scale = self._source.read(at, size, "scale", name)
         return dequantize_burn_part(
-            part, scheme, codes, scales, global_scale, output, path=self.path, tensor=name
+            part,
+            scheme,
+            codes,
+            memoryview(scales.tobytes()),  # a few bytes per block
+            global_scale,
+            output,
+            path=self.path,
+            tensor=name,
         )
 
     def _region(
@@ -378,10 +374,6 @@ class BurnpackReader(ContainerReader[TensorDescriptor]):
         """
         descriptor = self.descriptor(name)
         return TensorSlice(self._source, self.data_start, descriptor, self._whole_checker(name))
-
-
-_WORDS: Final = {1: "U8", 2: "U16", 4: "U32"}
-"""The unsigned dtype a stored scale of that many bytes is read as, before it is decoded."""
 
 
 class _Region(NamedTuple):

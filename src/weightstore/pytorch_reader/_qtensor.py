@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final
 
-from weightstore.base._boxes import box_ranges
+from weightstore.base._boxes import box_ranges, range_slice
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
@@ -257,7 +257,7 @@ def part_of(
         SliceError: `index` is not such a tuple.
     """
     ranges = box_ranges(index, info.shape, path=path, tensor=tensor)
-    key = tuple(slice(r.start, r.stop if r.stop >= 0 else None, r.step) for r in ranges)
+    key = tuple(range_slice(kept) for kept in ranges)
     part = info.replace(shape=tuple(len(kept) for kept in ranges))
     if info.axis is None:
         return part, key

@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._boxes import range_slice
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
@@ -210,10 +211,16 @@ def _parse_block(block: object, fail: Any) -> tuple[tuple[int, ...] | None, str 
 
 def burn_qfloat_nbytes(scheme: BurnQuantScheme, shape: tuple[int, ...]) -> int:
     """Bytes a tensor of `shape` takes under `scheme` (burn-std ``quantized_data_len``)."""
+    return _byte_regions(scheme, shape)[2]
+
+
+def _byte_regions(scheme: BurnQuantScheme, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """Where, in a QFloat tensor's bytes, the values end, the scales end, and (after a
+    two-level scheme's per-tensor scale) the tensor ends."""
     values = math.prod(scheme.storage_shape(shape)) * scheme.storage_bytes
-    scales = math.prod(scheme.scale_grid(shape)) * SCALE_SIZES[scheme.scale_dtype]
+    scales = values + math.prod(scheme.scale_grid(shape)) * SCALE_SIZES[scheme.scale_dtype]
     glob = scheme.global_scale
-    return values + scales + (SCALE_SIZES[glob] if glob is not None else 0)
+    return values, scales, scales + (SCALE_SIZES[glob] if glob is not None else 0)
 
 
 def check_burn_qfloat(
@@ -298,9 +305,8 @@ def dequantize_burn_qfloat(
     check_burn_qfloat(scheme, shape, view.nbytes, path=path, tensor=tensor)
     output = np.dtype(np.float32) if dtype is None else np.dtype(dtype)
     storage = scheme.storage_shape(shape)
-    value_bytes = math.prod(storage) * scheme.storage_bytes
+    value_bytes, scale_end, _ = _byte_regions(scheme, shape)
     grid = scheme.scale_grid(shape)
-    scale_end = value_bytes + math.prod(grid) * SCALE_SIZES[scheme.scale_dtype]
     scales = _decode_scales(view[value_bytes:scale_end], scheme.scale_dtype).reshape(grid)
     if scheme.global_scale is not None:
         global_scale = _decode_scales(view[scale_end:], scheme.global_scale)
@@ -401,24 +407,37 @@ def _scaled_blocks(
     return out
 
 
+_WORDS: Final = {1: "U8", 2: "U16", 4: "U32"}
+"""The unsigned dtype a stored element of that many bytes is read as, before it is decoded."""
+
+
 class BurnPart(ValueRecord):
     """What a box of a QFloat tensor needs read (`plan_burn_part`): the smallest box around
     it whose every edge falls on a block and a packed word (or the tensor's end), in the
-    coordinates of each stored part.
+    coordinates of each stored part, and where those parts lie in the tensor's bytes.
 
     Attributes:
-        codes_shape: the stored codes' grid: the logical shape with the packed dim counted in
-            words (one byte per code otherwise).
+        codes_dtype: how the stored codes are read: ``"I8"``, or ``"U32"`` for packed words.
+        codes_shape: the stored codes' grid, at the tensor's first byte: the logical shape
+            with the packed dim counted in words (one byte per code otherwise).
         codes_box: ``(start, stop)`` per dim of `codes_shape` to read.
-        scales_box: ``(start, stop)`` per dim of the block-scale grid to read, or ``None``
-            for a per-tensor scale.
+        scales_dtype: the unsigned dtype of the stored scales' width (decoded after reading).
+        scales_at: the byte the scales start at, after the codes.
+        scales_grid: the scales' grid: blocks per dim, or ``(1,)`` for one per-tensor scale.
+        scales_box: ``(start, stop)`` per dim of `scales_grid` to read.
+        global_at: the byte of a two-level scheme's per-tensor scale, else ``None``.
         enclosing: the logical box those codes decode to.
         keep: the slices that cut the asked-for box out of `enclosing`.
     """
 
+    codes_dtype: str
     codes_shape: tuple[int, ...]
     codes_box: tuple[tuple[int, int], ...]
-    scales_box: tuple[tuple[int, int], ...] | None
+    scales_dtype: str
+    scales_at: int
+    scales_grid: tuple[int, ...]
+    scales_box: tuple[tuple[int, int], ...]
+    global_at: int | None
     enclosing: tuple[tuple[int, int], ...]
     keep: tuple[slice, ...]
 
@@ -427,8 +446,8 @@ def plan_burn_part(
     scheme: BurnQuantScheme, shape: tuple[int, ...], index: tuple[range, ...]
 ) -> BurnPart:
     """The reads that give the values `index` selects (one non-empty range per dim of a
-    tensor of at least one dim, as ``range(n)[slice]`` normalizes a slice), checked by
-    `check_burn_qfloat` beforehand."""
+    tensor of at least one dim, as `box_ranges` gives them), checked by `check_burn_qfloat`
+    beforehand."""
     block = scheme.block_dims(len(shape)) if scheme.block is not None else (1,) * len(shape)
     packed = len(shape) - 1 - (scheme.packed_dim or 0) if scheme.num_quants > 1 else -1
     codes_shape = scheme.storage_shape(shape) if scheme.num_quants > 1 else shape
@@ -441,12 +460,17 @@ def plan_burn_part(
         codes_box.append((low // quants, -(-high // quants)))
         scales_box.append((low // block[axis], -(-high // block[axis])))
         enclosing.append((low, high))
-        stop = kept.stop - low
-        keep.append(slice(kept.start - low, stop if stop >= 0 else None, kept.step))
+        keep.append(range_slice(kept, low))
+    scales_at, global_at, _ = _byte_regions(scheme, shape)
     return BurnPart(
+        _WORDS[scheme.storage_bytes] if scheme.num_quants > 1 else "I8",
         codes_shape,
         tuple(codes_box),
-        tuple(scales_box) if scheme.block is not None else None,
+        _WORDS[SCALE_SIZES[scheme.scale_dtype]],
+        scales_at,
+        scheme.scale_grid(shape),
+        tuple(scales_box) if scheme.block is not None else ((0, 1),),
+        global_at if scheme.global_scale is not None else None,
         tuple(enclosing),
         tuple(keep),
     )
@@ -464,7 +488,7 @@ def dequantize_burn_part(
     tensor: str | None = None,
 ) -> np.ndarray[Any, Any]:
     """The values of `part`: `codes` (``int8``, or the ``uint32`` words, of its `codes_box`),
-    `scales` (the stored bytes of its `scales_box`, or the one per-tensor scale) and a
+    `scales` (the stored bytes of its `scales_box`: the one per-tensor scale, or blocks) and a
     two-level scheme's `global_scale` bytes, dequantized exactly as `dequantize_burn_qfloat`
     dequantizes the whole tensor, then cut to the asked-for box.
 
@@ -482,7 +506,7 @@ def dequantize_burn_part(
         )
     if not np.isfinite(decoded).all():
         raise DescriptorError("QFloat scales are not all finite", path=path, tensor=tensor)
-    if part.scales_box is None:
+    if scheme.block is None:
         values = _scaled_flat(codes, decoded.reshape(-1)[0], extents, dtype)
     else:
         grid = decoded.reshape(tuple(high - low for low, high in part.scales_box))

@@ -218,9 +218,10 @@ class QuantizedView:
 
         group, output = self._decoded(name, dtype)
         box = _box(index, group.logical_shape)
-        part_of = getattr(self._reader, "get_dequantized_part", None)
-        if box is not None and group.layout in ONE_PART_LAYOUTS and part_of is not None:
-            values: np.ndarray[Any, Any] = part_of(name, tuple(slice(*b) for b in box), output)
+        if box is not None and group.layout in ONE_PART_LAYOUTS:
+            one_part: Any = self._reader  # a BurnpackReader or a PytorchReader
+            index = tuple(slice(*b) for b in box)
+            values: np.ndarray[Any, Any] = one_part.get_dequantized_part(name, index, output)
             return values
         if box is None or group.layout not in SLICED_LAYOUTS:
             return np.ascontiguousarray(self.dequantized(name, output)[index])
