@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weightstore.adapters._layout_ops import (
+from weightstore.adapters import (
     Chunk,
     Concat,
     Deinterleave,

@@ -1,5 +1,6 @@
-"""Counting the bytes a load reads: every SafeTensors file opened in pread mode through a
-source that adds up what each `read` returns (headers, the format probe and tensor data)."""
+"""Counting the bytes a load reads: every file of one format (SafeTensors unless told) opened
+in pread mode through a source that adds up what each `read` returns (headers, the format
+probe and tensor data)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import Iterator
+from types import ModuleType
 from unittest import mock
 
 from weightstore.io._source import PreadSource
@@ -39,12 +41,13 @@ class _CountingSource(PreadSource):
 
 
 @contextlib.contextmanager
-def counting_reads() -> Iterator[ReadCounter]:
-    """Within the block, SafeTensors readers read with pread and count every byte."""
+def counting_reads(reader_module: ModuleType = _reader) -> Iterator[ReadCounter]:
+    """Within the block, the readers whose module is `reader_module` (the one that calls
+    ``open_source``: SafeTensors' by default) read with pread and count every byte."""
     counter = ReadCounter()
 
     def open_counting(path: str | os.PathLike[str], mode: str = "mmap") -> PreadSource:
         return _CountingSource(os.fspath(path), counter)
 
-    with mock.patch.object(_reader, "open_source", open_counting):
+    with mock.patch.object(reader_module, "open_source", open_counting):
         yield counter

@@ -203,7 +203,7 @@ class Unstack(LayoutOp):
     def apply(self, arrays: Sequence[np.ndarray[Any, Any]]) -> Arrays:
         self.output_shapes([a.shape for a in arrays])
         axis = self._axis(self.dim, [arrays[0].shape])
-        return [np.take(arrays[0], index, axis=axis) for index in range(arrays[0].shape[axis])]
+        return list(np.moveaxis(arrays[0], axis, 0))  # views, one per index of `dim`
 
     def inverse(self, shapes: Sequence[Shape]) -> LayoutOp:
         self.output_shapes(shapes)
