@@ -54,27 +54,43 @@ class InvalidOptionError(WeightstoreError, ValueError):
 
 
 class LayoutError(WeightstoreError, ValueError):
-    """Tensors that a fused-layout operation cannot take: a split whose sizes do not add up to
-    its dim, a concatenation of tensors that differ off its dim, a chunk that does not divide.
+    """Tensors that a fused-layout operation or rule cannot take: a split whose sizes do not
+    add up to its dim, a concatenation of tensors that differ off its dim, a rule whose
+    members are incomplete or whose parts do not fit the tensors they are meant for.
 
     Attributes:
-        operation: the operation, as it prints (``Split(dim=0, sizes=(64, 32, 32))``).
-        shapes: the shapes it was given.
+        operation: the operation, as it prints (``Split(dim=0, sizes=(64, 32, 32))``), or
+            None for a rule's own failure.
+        shapes: the shapes it was given (empty when no operation ran).
+        rule: the layout rule's name, when a rule failed.
+        sources: the source tensors of the rule's group, as far as known.
+        targets: the tensors the group was to make, as far as known.
     """
 
     def __init__(
         self,
         detail: str,
         *,
-        operation: str,
-        shapes: tuple[tuple[int, ...], ...],
+        operation: str | None = None,
+        shapes: tuple[tuple[int, ...], ...] = (),
         tensor: str | None = None,
+        rule: str | None = None,
+        sources: tuple[str, ...] = (),
+        targets: tuple[str, ...] = (),
     ) -> None:
-        self.detail = f"{operation}: {detail}"
+        detail = detail if operation is None else f"{operation}: {detail}"
+        names = "; ".join(
+            f"{label} {', '.join(map(bounded_repr, group[:6]))}{' ...' if len(group) > 6 else ''}"
+            for label, group in (("sources", sources), ("targets", targets))
+            if group
+        )
+        self.detail = (f"layout rule {rule!r}: " if rule is not None else "") + detail
+        self.detail += f" ({names})" if names else ""
         self.path = None
         self.tensor = tensor
         self.operation = operation
         self.shapes = shapes
+        self.rule, self.sources, self.targets = rule, sources, targets
         where = f"tensor {bounded_repr(tensor)}: " if tensor is not None else ""
         ValueError.__init__(self, where + self.detail)
 

@@ -206,6 +206,22 @@ def parse_replacement(replacement: str, regex: re.Pattern[str]) -> Replacement:
     Raises:
         InvalidOptionError: an unknown escape, or a reference to a group `regex` does not have.
     """
+    items = parse_template(replacement)
+    for item in items:
+        if isinstance(item, GroupRef):
+            _validate_group(item, replacement, regex)
+    return items
+
+
+def parse_template(replacement: str) -> Replacement:
+    """`parse_replacement` without a regex to check the references against (a layout rule's
+    target names, whose references are checked against several patterns at once).
+
+    Raises:
+        InvalidOptionError: an unknown escape.
+    """
+    if not isinstance(replacement, str):
+        raise InvalidOptionError(f"replacement must be a str, got {type(replacement).__name__}")
     items: list[str | GroupRef] = []
     i = start = 0
     while i < len(replacement):
@@ -218,9 +234,6 @@ def parse_replacement(replacement: str, regex: re.Pattern[str]) -> Replacement:
         items.append(item)
         start = i
     items.append(replacement[start:])
-    for item in items:
-        if isinstance(item, GroupRef):
-            _validate_group(item, replacement, regex)
     return tuple(item for item in items if item != "")
 
 
