@@ -130,7 +130,8 @@ def test_split_concat_and_interleave_round_trip_any_sizes(
         (Interleave(0, 2), [(4, 3), (3, 3)], "2 equal groups"),
         (Deinterleave(0, 2, (4, 3)), [(7, 3)], "whole numbers of 2 groups"),
         (Split(2, (1,)), [(1, 1)], "dim 2 is outside a tensor of 2 dims"),
-        (Unstack(0), [(2, 3), (2, 3)], "takes one tensor, not 2"),
+        (Unstack(0), [(2, 3), (2, 3, 4)], "takes tensors of one rank"),
+        (Stack(0, 2), [(2, 3)] * 3, "cannot cut 3 tensors into 2 runs"),
     ],
 )
 def test_misfits_are_refused_naming_the_operation_and_shapes(

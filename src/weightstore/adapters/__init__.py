@@ -6,7 +6,9 @@ conventions (Linear weights transposed, norm parameters renamed), `PyTorchToFlax
 (kernels laid out, norm and embedding parameters renamed), `HalfPrecisionAdapter` and
 `FloatCastAdapter` convert precision; ``a.chain(b)`` combines any two. `Split`, `Concat`,
 `Chunk`, `Stack`, `Unstack`, `Permute`, `Interleave`, `Deinterleave` and `Pipeline` are the
-operations of fused-layout rules (docs/layouts.md), each with a derived inverse.
+operations of fused-layout rules (docs/layouts.md), each with a derived inverse; a
+`LayoutRule` binds them to source and target names, and a `Layout` (a set of rules) is an
+adapter whose inverse is derived too.
 
 All but `FloatCastAdapter` decide by the type of the module owning each tensor. A model knows
 it; for a file, `infer_module_types` reads it from names and shapes, and `assign_module_types`
@@ -37,6 +39,9 @@ from weightstore.adapters._layout_ops import (
     Stack,
     Unstack,
 )
+from weightstore.adapters._layout_presets import LAYOUT_PRESETS, layout_preset
+from weightstore.adapters._layout_rewrite import LayoutGroup, LayoutPlan
+from weightstore.adapters._layout_rules import Layout, LayoutRule
 from weightstore.adapters._module_types import NORMALIZATION_TYPES, burn_module_type
 from weightstore.adapters._precision import (
     DEFAULT_HALF_PRECISION_MODULES,
@@ -54,6 +59,7 @@ from weightstore.adapters._pytorch_flax import (
 
 __all__ = [
     "DEFAULT_HALF_PRECISION_MODULES",
+    "LAYOUT_PRESETS",
     "LINEN_COLLECTIONS",
     "NORMALIZATION_TYPES",
     "Adapter",
@@ -69,7 +75,11 @@ __all__ = [
     "HalfPrecisionAdapter",
     "IdentityAdapter",
     "Interleave",
+    "Layout",
+    "LayoutGroup",
     "LayoutOp",
+    "LayoutPlan",
+    "LayoutRule",
     "ModelConfig",
     "ModuleGuess",
     "ModuleTypeRule",
@@ -83,5 +93,6 @@ __all__ = [
     "assign_module_types",
     "burn_module_type",
     "infer_module_types",
+    "layout_preset",
     "needs_module_types",
 ]

@@ -163,20 +163,27 @@ class Chunk(LayoutOp):
 
 
 class Stack(LayoutOp):
-    """Tensors of one shape stacked on a new `dim` (per-expert weights into one 3-D tensor)."""
+    """Tensors of one shape stacked on a new `dim` (per-expert weights into one 3-D tensor);
+    with `runs`, the list is cut into that many equal runs and each run stacked apart (a
+    list of ``w1`` and then one of ``w3``, into one tensor each)."""
 
     dim: int
+    runs: int = 1
 
     def output_shapes(self, shapes: Sequence[Shape]) -> list[Shape]:
         if not shapes or len({tuple(s) for s in shapes}) != 1:
             raise self._fail("takes one or more tensors of one shape", shapes)
+        if self.runs < 1 or len(shapes) % self.runs:
+            raise self._fail(f"cannot cut {len(shapes)} tensors into {self.runs} runs", shapes)
         first = tuple(shapes[0])
         axis = self._new_axis(first, shapes)
-        return [(*first[:axis], len(shapes), *first[axis:])]
+        return [(*first[:axis], len(shapes) // self.runs, *first[axis:])] * self.runs
 
     def apply(self, arrays: Sequence[np.ndarray[Any, Any]]) -> Arrays:
         self.output_shapes([a.shape for a in arrays])
-        return [np.stack(arrays, axis=self._new_axis(arrays[0].shape, [arrays[0].shape]))]
+        axis = self._new_axis(arrays[0].shape, [arrays[0].shape])
+        size = len(arrays) // self.runs
+        return [np.stack(arrays[i : i + size], axis=axis) for i in range(0, len(arrays), size)]
 
     def inverse(self, shapes: Sequence[Shape]) -> LayoutOp:
         self.output_shapes(shapes)
@@ -190,24 +197,27 @@ class Stack(LayoutOp):
 
 
 class Unstack(LayoutOp):
-    """One tensor into the slices along `dim`, that dim dropped (a stacked expert tensor into
-    one tensor per expert)."""
+    """Each tensor into its slices along `dim`, that dim dropped (a stacked expert tensor into
+    one tensor per expert); the slices of the first tensor, then the second's."""
 
     dim: int
 
     def output_shapes(self, shapes: Sequence[Shape]) -> list[Shape]:
-        shape = self._one(shapes)
+        if not shapes:
+            raise self._fail("takes at least one tensor", shapes)
         axis = self._axis(self.dim, shapes)
-        return [shape[:axis] + shape[axis + 1 :]] * shape[axis]
+        return [shape[:axis] + shape[axis + 1 :] for shape in shapes for _ in range(shape[axis])]
 
     def apply(self, arrays: Sequence[np.ndarray[Any, Any]]) -> Arrays:
         self.output_shapes([a.shape for a in arrays])
         axis = self._axis(self.dim, [arrays[0].shape])
-        return list(np.moveaxis(arrays[0], axis, 0))  # views, one per index of `dim`
+        return [view for array in arrays for view in np.moveaxis(array, axis, 0)]  # views
 
     def inverse(self, shapes: Sequence[Shape]) -> LayoutOp:
         self.output_shapes(shapes)
-        return Stack(self.dim)
+        if len({tuple(shape) for shape in shapes}) != 1:
+            raise self._fail("is undone by one Stack only for tensors of one shape", shapes)
+        return Stack(self.dim, len(shapes))
 
 
 class Permute(LayoutOp):
