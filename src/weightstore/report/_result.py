@@ -138,12 +138,14 @@ class ApplyResult:
             suggests ``.with_top_level_key(key)`` instead of a key remapping.
         quantized: for each applied path whose source tensor is stored quantized (a GGUF
             file's Q4_K...), the source's encoding; its values were decoded on the way.
+        layout_problems: what a layout adapter's rules could not make, each naming its rule,
+            sources and targets (docs/layouts.md); empty without layout rules.
     """
 
     # Written out by hand, not a dataclass, for the same reason as `ApplyError`.
     __slots__ = (
-        "applied", "errors", "held_back", "missing", "quantized", "refused", "skipped", "source",
-        "top_level_key", "unused",
+        "applied", "errors", "held_back", "layout_problems", "missing", "quantized", "refused",
+        "skipped", "source", "top_level_key", "unused",
     )  # fmt: skip
 
     def __init__(
@@ -158,6 +160,7 @@ class ApplyResult:
         source: str | None = None,
         top_level_key: str | None = None,
         quantized: dict[str, str] | None = None,
+        layout_problems: list[str] | None = None,
     ) -> None:
         # Each result gets lists of its own, as the dataclass's default factories gave it.
         self.applied: list[str] = [] if applied is None else applied
@@ -170,6 +173,7 @@ class ApplyResult:
         self.source: str | None = source
         self.top_level_key: str | None = top_level_key
         self.quantized: dict[str, str] = {} if quantized is None else quantized
+        self.layout_problems: list[str] = [] if layout_problems is None else layout_problems
 
     def _fields(self) -> tuple[object, ...]:
         return (

@@ -162,6 +162,10 @@ def render(result: Summarized) -> str:
                 *_bulleted(result.unused, "│    • {}"),
             ],
         )
+    problems = getattr(result, "layout_problems", ())
+    if problems:
+        shown = _bulleted(problems, "│  ⚠️  {}", limit=4 * MAX_NAME_LEN)
+        lines += _listing("Layout Problems", shown)
     if result.errors:
         errors = [str(error) for error in result.errors]
         lines += _listing("Errors", _bulleted(errors, "│  ⚠️  {}", limit=4 * MAX_NAME_LEN))

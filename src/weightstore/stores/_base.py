@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     # At run time each of these is imported by the one method that needs it (a load, a save,
     # a builder), so ``from weightstore import SafetensorsStore`` loads the store alone: the
     # model-walking, snapshot, adapter and writing machinery load with the first use.
-    from weightstore.adapters import Adapter
+    from weightstore.adapters import Adapter, LayoutPlan
     from weightstore.io._source import ByteSource
     from weightstore.locate import Location
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
@@ -692,6 +692,33 @@ class Store:
             return self._apply_snapshots(model, snapshots, device)
         snapshots, dropped = restricted
         return self._apply_snapshots(model, snapshots, device, unused=dropped)
+
+    def plan(self, model: object, layout: Adapter | None = None) -> LayoutPlan:
+        """What a load into `model` through `layout` (default: the layouts of the store's
+        from-adapter) would make, without reading any data: which rule makes which model
+        tensor from which source tensors, the problems it would meet, and the model tensors
+        nothing provides. ``plan.inverse()`` is the layout that saves such a model back to
+        this source's names and shapes (docs/layouts.md).
+
+        Raises:
+            InvalidOptionError: no layout given, and the from-adapter holds none.
+        """
+        from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
+        from weightstore.bridge import bridge_for
+
+        layouts = layouts_in(self._options.from_adapter if layout is None else layout)
+        if not layouts:
+            raise InvalidOptionError(
+                "plan needs a layout: pass one, or give the store .with_from_adapter(layout)"
+            )
+        shapes = {target.path: target.shape for target in bridge_for(model).targets()}
+        snapshots = list(self.get_all_snapshots().values())
+        made = None
+        for each in layouts:
+            snapshots, step = rewrite_layout(each, snapshots, shapes)
+            made = step if made is None else made.merged(step)
+        assert made is not None
+        return made
 
     def _restricted_set_snapshots(self) -> tuple[list[TensorSnapshot], list[str]] | None:
         """For a load from a sharded set whose filter decides by name alone: the snapshots of

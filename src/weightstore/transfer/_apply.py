@@ -98,6 +98,26 @@ def collect(
 
         validate_adapter(adapter, source)
         snapshots = [adapter.adapt(s) for s in snapshots]
+        snapshots = _saved_through_layouts(adapter, snapshots)
+    return snapshots
+
+
+def _saved_through_layouts(
+    adapter: Adapter, snapshots: list[TensorSnapshot]
+) -> list[TensorSnapshot]:
+    """`snapshots` rewritten by the layouts in `adapter`, after its per-tensor steps; a save
+    refuses before writing anything when a rule cannot make its group.
+
+    Raises:
+        LayoutError: the first problem, naming its rule, sources and targets.
+    """
+    from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
+
+    for layout in layouts_in(adapter):
+        rewritten, plan = rewrite_layout(layout, snapshots)
+        if plan.problems:
+            raise plan.problems[0]
+        snapshots = rewritten
     return snapshots
 
 
@@ -200,14 +220,20 @@ def apply(
     bridge = bridge_for(model, device=device)
     targets = bridge.targets()
     aliases = bridge.aliases()  # before loading: the ties as the model was built
+    problems: list[Any] = []
+    if adapter is not None:
+        snapshots, problems = _through_layouts(adapter, snapshots, targets)
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
     matching = _match(targets, index, filter, adapter, dtype_policy)
+    if problems:
+        _block_layout_targets(matching, problems, targets)
     planned: tuple[LoadOutcome, ApplyResult] | None = None
     if rules is not None:
         reach = bridge.load_reach() if isinstance(bridge, ReachingBridge) else LoadReach()
         planned_outcome, planned_result, refused = _refusal(
             targets, aliases, index, matching, reach, rules
         )
+        planned_result.layout_problems = [str(problem) for problem in problems]
         if refused:
             planned_result.source = source_path
             return planned_result
@@ -217,11 +243,47 @@ def apply(
         result = planned[1]  # planned report is the real one (the same inputs give it)
     else:
         result = _report(targets, aliases, index, matching, outcome)
+        result.layout_problems = [str(problem) for problem in problems]
     result.source = source_path
     if matching.quantized:
         loaded = set(result.applied)
         result.quantized = {p: kind for p, kind in matching.quantized.items() if p in loaded}
     return result
+
+
+def _through_layouts(
+    adapter: Adapter, snapshots: Sequence[TensorSnapshot], targets: Sequence[Target]
+) -> tuple[Sequence[TensorSnapshot], list[Any]]:
+    """`snapshots` rewritten by the layouts in `adapter` (its rules run before its per-tensor
+    steps), planned against the model's shapes; and the problems the rules met."""
+    from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
+
+    layouts = layouts_in(adapter)
+    if not layouts:
+        return snapshots, []
+    shapes = {target.path: target.shape for target in targets}
+    problems: list[Any] = []
+    for layout in layouts:
+        snapshots, plan = rewrite_layout(layout, snapshots, shapes)
+        problems.extend(plan.problems)
+    return snapshots, problems
+
+
+def _block_layout_targets(
+    matching: _Matching, problems: Sequence[Any], targets: Sequence[Target]
+) -> None:
+    """Make each model tensor a failed layout group was to fill a load error naming the rule
+    (a rule that matched nothing leaves its targets missing, and says so in the report)."""
+    paths = {target.path for target in targets}
+    for problem in problems:
+        if not problem.sources:
+            continue
+        for path in problem.targets:
+            if path in paths and path not in matching.errors:
+                matching.errors[path] = ApplyError.load_error(path, str(problem))
+    blocked = frozenset(matching.skipped | matching.errors.keys())
+    tensors = {p: t for p, t in matching.plan.tensors.items() if p not in blocked}
+    matching.plan = LoadPlan(tensors, matching.plan.spare, blocked)
 
 
 class _Matching:
