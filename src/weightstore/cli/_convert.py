@@ -60,6 +60,7 @@ from weightstore.adapters import (
 from weightstore.bridge import ModelFreeSource, source_for
 from weightstore.cli._errors import EXIT_BAD_INPUT, EXIT_OK, about, print_error, print_warning
 from weightstore.cli._keys import class_warning, keys_text, suggested_key, tensor_keys
+from weightstore.cli._layout import add_layout_flags, layout_of
 from weightstore.cli._modules import typed_for_command
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._progress import Progress
@@ -120,6 +121,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     layout = parser.add_mutually_exclusive_group()
     layout.add_argument("--to-burn", action="store_true", help="torch layout into Burn's")
     layout.add_argument("--from-burn", action="store_true", help="Burn layout into torch's")
+    add_layout_flags(parser, "rewrite fused tensors")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--half", action="store_true", help="F32 <-> F16 (not BatchNorm)")
     precision.add_argument("--dtype", choices=list(DTYPE_CHOICES), help="cast every float")
@@ -359,7 +361,8 @@ def _destination_format(dst: str, name: str | None, writes_set: bool) -> Contain
 
 
 def _adapter(args: argparse.Namespace) -> Adapter | None:
-    """The layout adapter, then the precision adapter, chained; None when neither is asked."""
+    """The layout adapter, then the precision adapter, then the layout rules, chained; None
+    when none is asked."""
     parts: list[Adapter] = []
     if args.to_burn:
         parts.append(PyTorchToBurnAdapter())
@@ -369,6 +372,9 @@ def _adapter(args: argparse.Namespace) -> Adapter | None:
         parts.append(HalfPrecisionAdapter())
     if args.dtype:
         parts.append(FloatCastAdapter.to(DTYPE_CHOICES[args.dtype]))
+    layout = layout_of(args)  # layout rules run after the per-tensor steps, as in every save
+    if layout is not None:
+        parts.append(layout)
     if not parts:
         return None
     adapter = parts[0]

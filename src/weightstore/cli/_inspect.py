@@ -26,6 +26,7 @@ from weightstore.cli._errors import (
 )
 from weightstore.cli._extent import unread_bytes
 from weightstore.cli._keys import class_warning
+from weightstore.cli._layout import add_layout_flags, layout_of
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._render import json_document, render_text
 from weightstore.cli._report import FileReport, summarize
@@ -57,6 +58,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="PyTorch: accept pickles that name globals that would run code (os.system, ...)",
     )
+    add_layout_flags(parser, "also show what a load would make")
     parser.set_defaults(run=run)
 
 
@@ -88,9 +90,27 @@ def run(args: argparse.Namespace) -> int:
             print_warning(f"{report.path}: {warning}")
         if not args.allow_objects:
             code = max(code, flag_objects(report))
+        if getattr(args, "layout", None) or getattr(args, "layout_file", None):
+            code = max(code, _show_layout(path, args, storage))
     if args.json:
         print(dump_json(documents[0] if len(args.paths) == 1 else documents))
     return code
+
+
+def _show_layout(path: str, args: argparse.Namespace, storage: dict[str, Any] | None) -> int:
+    """Print what the ``--layout`` rules make of `path`'s tensors (no data read); a layout
+    that meets problems fails the command."""
+    from weightstore.adapters._layout_rewrite import rewrite_layout
+    from weightstore.stores import Store
+
+    layout = layout_of(args)
+    assert layout is not None
+    with about(path), Store.from_file(path, storage_options=storage) as store:
+        if args.top_level_key is not None:
+            store = store.with_top_level_key(args.top_level_key)
+        _, plan = rewrite_layout(layout, list(store.get_all_snapshots().values()))
+    print(f"\nlayout {layout.name or args.layout_file}: {plan}")
+    return EXIT_BAD_INPUT if plan.problems else EXIT_OK
 
 
 def _filtered(report: FileReport, keep: PathFilter | None) -> FileReport:
