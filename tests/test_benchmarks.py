@@ -186,3 +186,19 @@ def test_hf_dequant_quick_run_times_both_sides_of_every_row(tmp_path: Path) -> N
     for row in rows:
         assert row["ours"]["cpu"][0] > 0 and row["reference"]["wall"][0] > 0, row
         assert row["ratio"] > 0 and f"{row['elements']:,}" in printed
+
+
+LAYOUT_SCRIPT = SCRIPT.parent / "bench_layout_peak.py"
+
+
+def test_layout_peak_quick_run_prints_both_peaks_per_size() -> None:
+    pytest.importorskip("safetensors")
+    done = subprocess.run(
+        [sys.executable, str(LAYOUT_SCRIPT), "--quick"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[:2] for row in rows] == [["4", "256"], ["8", "256"]]
+    for row in rows:
+        group, ours, peer = map(float, row[3:6])
+        assert group > 0 and ours > 0 and peer > 0, row
