@@ -280,3 +280,26 @@ def test_a_save_that_cannot_make_a_group_writes_no_file(tmp_path: Path) -> None:
     with pytest.raises(LayoutError, match="needs the shapes of its targets"):
         store.with_to_adapter(Layout([QKV]).inverse()).collect_from(model)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_stack_experts_preset_builds_transformers_stacked_layout_and_back() -> None:
+    arrays = {
+        f"m.experts.{e}.{part}.weight": _array((2, 3) if part == "down_proj" else (3, 2), e * 3 + i)
+        for e in range(4)
+        for i, part in enumerate(("gate_proj", "up_proj", "down_proj"))
+    }
+    layout = layout_preset("stack-experts")
+    out, plan = rewrite_layout(layout, _snapshots(arrays))
+    made = {s.full_path: s.to_numpy() for s in out}
+    gate_up = np.stack([
+        np.concatenate([arrays[f"m.experts.{e}.gate_proj.weight"],
+                        arrays[f"m.experts.{e}.up_proj.weight"]])
+        for e in range(4)
+    ])  # fmt: skip
+    assert np.array_equal(made["m.experts.gate_up_proj"], gate_up)  # [E, 2I, H]
+    down = np.stack([arrays[f"m.experts.{e}.down_proj.weight"] for e in range(4)])
+    assert np.array_equal(made["m.experts.down_proj"], down)
+    back, _ = rewrite_layout(plan.inverse(), out)
+    assert {s.full_path: s.to_numpy().tobytes() for s in back} == {
+        n: a.tobytes() for n, a in arrays.items()
+    }

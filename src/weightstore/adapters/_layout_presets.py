@@ -51,47 +51,41 @@ _SPLIT_QKV_GATE_UP = Layout(
 """The other way: fused into separate, sizes from the model's q/k/v (``Split(0, ())`` splits
 by its targets' sizes, so a file-to-file conversion needs them given)."""
 
-_EXPERTS = r"(.*)\.block_sparse_moe\.experts\.(\d+)"
+
+def _stacked_experts(
+    experts: str, parts: tuple[str, str, str], stacked: str, name: str
+) -> list[LayoutRule]:
+    """Per-expert ``experts.N.<gate>/<up>/<down>`` (`parts`) into transformers 5's stacked
+    ``<stacked>.gate_up_proj [E, 2I, H]`` (each expert's gate rows, then its up rows) and
+    ``<stacked>.down_proj [E, H, I]``."""
+    gate, up, down = (f"{experts}\\.{part}\\.weight" for part in parts)
+    return [
+        LayoutRule([gate, up], [f"{stacked}.gate_up_proj"], [Stack(0, runs=2), Concat(1)],
+                   name=f"stacked gate_up {name}"),
+        LayoutRule([down], [f"{stacked}.down_proj"], [Stack(0)], name=f"stacked down {name}"),
+    ]  # fmt: skip
+
+
 _STACK_MIXTRAL_EXPERTS = Layout(
     [
-        LayoutRule(
-            [_EXPERTS + r"\.w1\.weight", _EXPERTS + r"\.w3\.weight"],
-            ["$1.mlp.experts.gate_up_proj"],
-            [Stack(0, runs=2), Concat(1)],
-            name="stacked gate_up experts",
-        ),
-        LayoutRule(
-            [_EXPERTS + r"\.w2\.weight"],
-            ["$1.mlp.experts.down_proj"],
-            [Stack(0)],
-            name="stacked down experts",
+        *_stacked_experts(
+            r"(.*)\.block_sparse_moe\.experts\.(\d+)", ("w1", "w3", "w2"), "$1.mlp.experts",
+            "experts",
         ),
         LayoutRule(
             [r"(.*)\.block_sparse_moe\.gate\.weight"], ["$1.mlp.gate.weight"], [], name="router"
         ),
     ],
     name="stack-mixtral-experts",
-)
+)  # fmt: skip
 """Mixtral checkpoints as the Hub holds them (``block_sparse_moe.experts.N.w1/w2/w3``) into
 transformers 5's stacked experts: ``mlp.experts.gate_up_proj [E, 2I, H]`` (each expert's
 ``w1`` rows, then its ``w3`` rows) and ``mlp.experts.down_proj [E, H, I]``."""
 
-_PER_EXPERT = r"(.*)\.experts\.(\d+)"
 _STACK_EXPERTS = Layout(
-    [
-        LayoutRule(
-            [_PER_EXPERT + r"\.gate_proj\.weight", _PER_EXPERT + r"\.up_proj\.weight"],
-            ["$1.experts.gate_up_proj"],
-            [Stack(0, runs=2), Concat(1)],
-            name="stacked gate_up experts",
-        ),
-        LayoutRule(
-            [_PER_EXPERT + r"\.down_proj\.weight"],
-            ["$1.experts.down_proj"],
-            [Stack(0)],
-            name="stacked down experts",
-        ),
-    ],
+    _stacked_experts(
+        r"(.*)\.experts\.(\d+)", ("gate_proj", "up_proj", "down_proj"), "$1.experts", "experts"
+    ),
     name="stack-experts",
 )
 """Per-expert ``experts.N.gate_proj/up_proj/down_proj`` (Qwen2-MoE-style checkpoints) into the
