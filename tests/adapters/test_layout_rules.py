@@ -303,3 +303,20 @@ def test_the_stack_experts_preset_builds_transformers_stacked_layout_and_back() 
     assert {s.full_path: s.to_numpy().tobytes() for s in back} == {
         n: a.tobytes() for n, a in arrays.items()
     }
+
+
+def test_a_sharded_set_loads_through_a_layout_with_groups_across_shards(tmp_path: Path) -> None:
+    arrays = _separate()
+    shards = SafetensorsStore.from_file(tmp_path / "set").with_max_shard_size(200)
+    shards.collect_from(arrays)
+    assert len(list((tmp_path / "set").glob("*.safetensors"))) > 1  # a group spans shards
+    model = _model()
+    result = (
+        SafetensorsStore.from_file(tmp_path / "set")
+        .with_from_adapter(Layout([QKV]))
+        .apply_to(model)
+    )
+    assert sorted(result.applied) == ["a.0.qkv.weight", "a.1.qkv.weight", "norm"]
+    for layer in "01":
+        fused = np.concatenate([arrays[f"a.{layer}.{p}.weight"] for p in "qkv"])
+        assert np.array_equal(model["a"][layer]["qkv"]["weight"], fused)
