@@ -117,11 +117,38 @@ _GPT2_TO_LINEAR = Layout(
 """GPT-2's ``Conv1D`` weights (``[in, out]``) as ``nn.Linear`` weights (``[out, in]``), and its
 fused ``c_attn`` as ``q_proj``, ``k_proj`` and ``v_proj`` (weights and biases)."""
 
+
+def _per_gate(gates: tuple[str, ...], name: str) -> Layout:
+    """torch's gate-stacked recurrent weights (``weight_ih_l0 [G*H, I]``, gates in `gates`
+    order) as one Burn ``GateController`` per gate: ``<gate>.input_transform`` and
+    ``<gate>.hidden_transform`` Linear layers, weights ``[in, out]`` as Burn stores them."""
+    rules = []
+    for torch_name, transform, kind in (
+        ("weight_ih_l0", "input_transform", "weight"),
+        ("weight_hh_l0", "hidden_transform", "weight"),
+        ("bias_ih_l0", "input_transform", "bias"),
+        ("bias_hh_l0", "hidden_transform", "bias"),
+    ):
+        ops = [Chunk(0, len(gates))] + ([Permute((1, 0))] if kind == "weight" else [])
+        targets = [f"$1.{gate}.{transform}.{kind}" for gate in gates]
+        rules.append(LayoutRule([rf"(.*)\.{torch_name}"], targets, ops, name=torch_name))
+    return Layout(rules, name=name)
+
+
+_LSTM_TO_BURN = _per_gate(
+    ("input_gate", "forget_gate", "cell_gate", "output_gate"), "lstm-torch-to-burn"
+)
+"""``nn.LSTM`` (gates i, f, g, o) into Burn's ``Lstm`` field names. The reference is silent on
+recurrent layers; the names follow Burn's ``Lstm``/``GateController``."""
+
+_GRU_TO_BURN = _per_gate(("reset_gate", "update_gate", "new_gate"), "gru-torch-to-burn")
+"""``nn.GRU`` (gates r, z, n) into Burn's ``Gru`` field names."""
+
 LAYOUT_PRESETS: dict[str, Layout] = {
     layout.name: layout
     for layout in (
         _FUSE_QKV_GATE_UP, _SPLIT_QKV_GATE_UP, _STACK_MIXTRAL_EXPERTS, _STACK_EXPERTS,
-        _GPT2_TO_LINEAR,
+        _GPT2_TO_LINEAR, _LSTM_TO_BURN, _GRU_TO_BURN,
     )
 }  # fmt: skip
 

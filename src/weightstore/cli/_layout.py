@@ -22,7 +22,8 @@ def add_layout_flags(parser: Any, verb: str) -> None:
         "--layout",
         metavar="PRESET",
         help=f"{verb} through a layout preset (fuse-qkv-gate-up, split-qkv-gate-up, "
-        "stack-mixtral-experts, stack-experts, gpt2-conv1d-to-linear; docs/layouts.md)",
+        "stack-mixtral-experts, stack-experts, gpt2-conv1d-to-linear, lstm-torch-to-burn, "
+        "gru-torch-to-burn; docs/layouts.md)",
     )
     chosen.add_argument(
         "--layout-file", metavar="RULES", help=f"{verb} through the layout rules in a JSON file"
