@@ -88,9 +88,10 @@ def test_an_inverse_that_needs_sizes_takes_them_from_its_targets() -> None:
     fused, _ = rewrite_layout(Layout([QKV]), _snapshots(arrays))
     inverse = Layout([QKV]).inverse()
     assert inverse.rules[0].inverse_of  # Concat's inverse needs the parts' sizes
-    with pytest.raises(LayoutError, match="needs the shapes of its targets"):
-        _, plan = rewrite_layout(inverse, fused)
-        raise plan.problems[0]
+    _, plan = rewrite_layout(inverse, fused)
+    assert len(plan.problems) == 2 and plan.groups == []
+    assert "needs the shapes of its targets" in str(plan.problems[0])
+    assert plan.problems[0].sources == ("a.0.qkv.weight",)
     shapes = {name: array.shape for name, array in arrays.items()}
     back, plan = rewrite_layout(inverse, fused, shapes)
     assert plan.problems == []

@@ -15,16 +15,12 @@ operations in order, and its inverse runs their inverses backwards.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from weightstore.base._lazy import import_on_first_use
+import numpy as np
+
 from weightstore.base._record import ValueRecord
 from weightstore.errors import LayoutError
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    np = import_on_first_use("numpy", globals(), "np")  # planning a layout needs no NumPy
 
 __all__ = [
     "Chunk",

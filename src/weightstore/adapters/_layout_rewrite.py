@@ -25,7 +25,7 @@ from weightstore.errors import LayoutError
 from weightstore.paths._regex import GroupRef, Replacement
 from weightstore.snapshot import TensorSnapshot
 
-__all__ = ["LayoutGroup", "LayoutPlan", "layouts_in", "rewrite_layout"]
+__all__ = ["LayoutGroup", "LayoutPlan", "layouts_in", "rewrite_layout", "rewrite_layouts"]
 
 
 class LayoutGroup(ValueRecord):
@@ -73,12 +73,6 @@ class LayoutPlan:
         }
         return self.layout.inverse().with_target_shapes(shapes)
 
-    def merged(self, other: LayoutPlan) -> LayoutPlan:
-        """This plan followed by `other` (two layouts chained)."""
-        other.groups = self.groups + other.groups
-        other.problems = self.problems + other.problems
-        return other
-
     def __str__(self) -> str:
         lines = [f"{len(self.groups)} groups, {len(self.problems)} problems"]
         for group in self.groups:
@@ -98,6 +92,24 @@ def layouts_in(adapter: Adapter | None) -> list[Layout]:
     if isinstance(adapter, ChainAdapter):
         return layouts_in(adapter.first) + layouts_in(adapter.second)
     return []
+
+
+def rewrite_layouts(
+    adapter: Adapter | None,
+    snapshots: Sequence[TensorSnapshot],
+    target_shapes: Mapping[str, Shape] | None = None,
+) -> tuple[list[TensorSnapshot], LayoutPlan | None]:
+    """`snapshots` through every layout in `adapter`'s chain, in order (`rewrite_layout`
+    each), and one plan of them all; the snapshots unchanged and None when the chain holds
+    no layout. What loads, saves and `Store.plan` run."""
+    plan: LayoutPlan | None = None
+    rewritten = list(snapshots)
+    for layout in layouts_in(adapter):
+        rewritten, step = rewrite_layout(layout, rewritten, target_shapes)
+        if plan is not None:  # one report: every layout's groups and problems, the last's gaps
+            step.groups[:0], step.problems[:0] = plan.groups, plan.problems
+        plan = step
+    return rewritten, plan
 
 
 class _GroupRun:
@@ -158,9 +170,8 @@ def rewrite_layout(
     for r, rule in enumerate(layout.rules):
         for members in _groups(rule, claims.get(r, [])):
             outputs = _plan_group(rule, members, shapes, plan)
-            if outputs is not None:
-                first = min(members, key=lambda m: m[0])[2]
-                made[first.full_path] = outputs
+            if outputs is not None:  # placed where the group's first input was
+                made[members[0][2].full_path] = outputs
                 passed.difference_update(m[2].full_path for m in members)
         if r not in claims and target_shapes is not None:
             _unmatched(rule, target_shapes, plan)
@@ -225,13 +236,9 @@ def _plan_group(
                 raise rule.error(
                     f"makes {name!r} of shape {list(shape)}, but the target is {list(shapes[name])}"
                 )
-    except LayoutError as err:
+    except LayoutError as err:  # an operation's or the rule's: named with the group either way
         targets = tuple(_target_names(rule, captures, None, shapes) or ())
-        plan.problems.append(
-            err
-            if err.rule is not None and err.sources
-            else rule.error(_detail(err), sources=sources, targets=targets)
-        )
+        plan.problems.append(rule.error(err.reason, sources=sources, targets=targets))
         return None
     run = _GroupRun(inputs, op, len(names))
     dtype = inputs[0].dtype
@@ -241,13 +248,6 @@ def _plan_group(
         TensorSnapshot(tuple(name.split(".")), dtype, tuple(shape), functools.partial(run.take, i))
         for i, (name, shape) in enumerate(zip(names, out_shapes, strict=True))
     ]
-
-
-def _detail(err: LayoutError) -> str:
-    """`err`'s own words, without the rule's name (the group's error adds it again)."""
-    detail = err.detail
-    prefix = f"layout rule {err.rule!r}: "
-    return detail[len(prefix) :] if err.rule is not None and detail.startswith(prefix) else detail
 
 
 def _check_members(rule: LayoutRule, members: list[_Member]) -> None:

@@ -105,19 +105,18 @@ class LayoutRule(ValueRecord):
         (source_keys,) = keys
         templates = tuple(parse_target(target) for target in self.targets)
         referenced = {i.key for t in templates for i in t if isinstance(i, GroupRef)}
-        source_index = sorted(map(str, source_keys - referenced))
-        target_index = sorted(map(str, referenced - source_keys))
-        if len(source_index) > 1 or len(target_index) > 1 or (source_index and target_index):
+        source_index, target_index = source_keys - referenced, referenced - source_keys
+        if len(source_index) + len(target_index) > 1:
             raise self.error(
                 "may number one list, by one capture no target uses (sources) or one "
-                f"reference no source has (targets); unused: {source_index}, "
-                f"unknown: {target_index}"
+                f"reference no source has (targets); unused: {sorted(map(str, source_index))}, "
+                f"unknown: {sorted(map(str, target_index))}"
             )
         self._set("regexes", regexes)
         self._set("templates", templates)
         self._set("group_keys", tuple(sorted(source_keys & referenced, key=str)))
-        self._set("source_index", _key_in(source_keys, source_index))
-        self._set("target_index", _key_in(referenced, target_index))
+        self._set("source_index", next(iter(source_index), None))
+        self._set("target_index", next(iter(target_index), None))
 
     def error(
         self, detail: str, *, sources: tuple[str, ...] = (), targets: tuple[str, ...] = ()
@@ -131,7 +130,7 @@ class LayoutRule(ValueRecord):
         bodies: dict[str, str] = {}
         targets = tuple(_render(template_of_pattern(p, bodies)) for p in self.sources)
         sources = tuple(pattern_of_template(t, numbered, bodies) for t in self.templates)
-        name = self.name[len("inverse of ") :] if self.inverse_of else f"inverse of {self.name}"
+        name = _inverse_name(self.name)
         if self.inverse_of:
             return LayoutRule(sources, targets, self.ops, name)
         blind = _blind_inverse(self.ops)
@@ -181,8 +180,10 @@ class LayoutRule(ValueRecord):
         return made
 
 
-def _key_in(keys: Iterable[Key], names: list[str]) -> Key | None:
-    return next((key for key in keys if names and str(key) == names[0]), None)
+def _inverse_name(name: str) -> str:
+    """``inverse of X`` for `X`, and `X` again for ``inverse of X``."""
+    prefix = "inverse of "
+    return name[len(prefix) :] if name.startswith(prefix) else prefix + name
 
 
 def _render(template: Replacement) -> str:
@@ -266,8 +267,7 @@ class Layout(Adapter):
 
     def inverse(self) -> Layout:
         """The layout that undoes this one, rule by rule."""
-        name = self.name[len("inverse of ") :] if self.name.startswith("inverse of ") else ""
-        name = name or (f"inverse of {self.name}" if self.name else "")
+        name = _inverse_name(self.name) if self.name else ""
         return Layout([rule.inverse() for rule in self.rules], name=name)
 
     def with_target_shapes(self, shapes: Mapping[str, Sequence[int]]) -> Layout:

@@ -65,6 +65,7 @@ class LayoutError(WeightstoreError, ValueError):
         rule: the layout rule's name, when a rule failed.
         sources: the source tensors of the rule's group, as far as known.
         targets: the tensors the group was to make, as far as known.
+        reason: what went wrong, without the rule and names (to name another group with).
     """
 
     def __init__(
@@ -78,13 +79,13 @@ class LayoutError(WeightstoreError, ValueError):
         sources: tuple[str, ...] = (),
         targets: tuple[str, ...] = (),
     ) -> None:
-        detail = detail if operation is None else f"{operation}: {detail}"
+        self.reason = detail if operation is None else f"{operation}: {detail}"
         names = "; ".join(
             f"{label} {', '.join(map(bounded_repr, group[:6]))}{' ...' if len(group) > 6 else ''}"
             for label, group in (("sources", sources), ("targets", targets))
             if group
         )
-        self.detail = (f"layout rule {rule!r}: " if rule is not None else "") + detail
+        self.detail = (f"layout rule {rule!r}: " if rule is not None else "") + self.reason
         self.detail += f" ({names})" if names else ""
         self.path = None
         self.tensor = tensor

@@ -178,7 +178,7 @@ class ApplyResult:
     def _fields(self) -> tuple[object, ...]:
         return (
             self.applied, self.skipped, self.missing, self.unused, self.errors, self.held_back,
-            self.refused, self.source, self.top_level_key, self.quantized,
+            self.refused, self.source, self.top_level_key, self.quantized, self.layout_problems,
         )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -190,7 +190,7 @@ class ApplyResult:
 
     def __repr__(self) -> str:
         names = ("applied", "skipped", "missing", "unused", "errors", "held_back", "refused",
-                 "source", "top_level_key", "quantized")  # fmt: skip
+                 "source", "top_level_key", "quantized", "layout_problems")  # fmt: skip
         values = self._fields()
         pairs = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
         return f"ApplyResult({pairs})"

@@ -83,6 +83,11 @@ class Summarized(Protocol):
         ...
 
     @property
+    def layout_problems(self) -> Sequence[str]:
+        """What a layout's rules could not make, each naming its rule."""
+        ...
+
+    @property
     def unused(self) -> Sequence[str]:
         """Source names the model never asked for."""
         ...
@@ -162,9 +167,8 @@ def render(result: Summarized) -> str:
                 *_bulleted(result.unused, "│    • {}"),
             ],
         )
-    problems = getattr(result, "layout_problems", ())
-    if problems:
-        shown = _bulleted(problems, "│  ⚠️  {}", limit=4 * MAX_NAME_LEN)
+    if result.layout_problems:
+        shown = _bulleted(result.layout_problems, "│  ⚠️  {}", limit=4 * MAX_NAME_LEN)
         lines += _listing("Layout Problems", shown)
     if result.errors:
         errors = [str(error) for error in result.errors]

@@ -30,10 +30,10 @@ from weightstore.stores._groups import (
     source_snapshots,
     source_view,
 )
-from weightstore.stores._load import apply_snapshots, verify_before_load
-from weightstore.stores._options import StoreOptions
+from weightstore.stores._load import apply_snapshots, plan_load, verify_before_load
+from weightstore.stores._options import StoreOptions, typed_metadata_value
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
-from weightstore.stores._sets import read_set_report, restricted_for_load
+from weightstore.stores._sets import may_be_grouped, read_set_report, restricted_for_load
 from weightstore.stores._source import (
     READER_OPTIONS,
     STORE_NAMES,
@@ -304,7 +304,7 @@ class Store:
         Raises:
             InvalidOptionError: the key or value is not a `str`.
         """
-        typed = self._format().typed_metadata and _typed_value(value)
+        typed = self._format().typed_metadata and typed_metadata_value(value)
         if not isinstance(key, str) or not (isinstance(value, str) or typed):
             what = "str -> str or a GGUF value" if self._format().typed_metadata else "str -> str"
             raise InvalidOptionError(
@@ -703,22 +703,8 @@ class Store:
         Raises:
             InvalidOptionError: no layout given, and the from-adapter holds none.
         """
-        from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
-        from weightstore.bridge import bridge_for
-
-        layouts = layouts_in(self._options.from_adapter if layout is None else layout)
-        if not layouts:
-            raise InvalidOptionError(
-                "plan needs a layout: pass one, or give the store .with_from_adapter(layout)"
-            )
-        shapes = {target.path: target.shape for target in bridge_for(model).targets()}
-        snapshots = list(self.get_all_snapshots().values())
-        made = None
-        for each in layouts:
-            snapshots, step = rewrite_layout(each, snapshots, shapes)
-            made = step if made is None else made.merged(step)
-        assert made is not None
-        return made
+        adapter = self._options.from_adapter if layout is None else layout
+        return plan_load(model, list(self.get_all_snapshots().values()), adapter)
 
     def _restricted_set_snapshots(self) -> tuple[list[TensorSnapshot], list[str]] | None:
         """For a load from a sharded set whose filter decides by name alone: the snapshots of
@@ -738,7 +724,7 @@ class Store:
         reader, dropped = restriction
         with collector_paused():
             read = source_snapshots(reader, filename, dequantize)
-            if _may_be_grouped(read):  # a group's parts the filter left out: judge them all
+            if may_be_grouped(read):  # a group's parts the filter left out: judge them all
                 self._fill_cache(source_snapshots(whole, filename, dequantize))
                 return None
             snapshots = list(self._remapped_by_name(read).values())
@@ -785,24 +771,6 @@ class Store:
     def __repr__(self) -> str:
         source = self._path if self._path is not None else "<memory>"
         return f"{type(self).__name__}({source!r})"
-
-
-def _typed_value(value: object) -> bool:
-    """A value a typed-metadata format can hold: a scalar, a list of them, or a value that
-    carries its own type (`GgufValue`, which the writer checks)."""
-    if isinstance(value, (str, bool, int, float)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_typed_value(item) for item in value)
-    return hasattr(value, "type") and hasattr(value, "value")
-
-
-def _may_be_grouped(snapshots: Sequence[TensorSnapshot]) -> bool:
-    """Whether a restricted read holds a tensor that may be part of a quantized group (a
-    dtype codes have), whose companions the restriction may have left out."""
-    from weightstore.quantized._view import CANDIDATE_DTYPES
-
-    return any(s.dtype.name in CANDIDATE_DTYPES or s.group is not None for s in snapshots)
 
 
 def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:

@@ -12,18 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from weightstore.base._gc import collector_paused
 from weightstore.container._format import ContainerFormat
-from weightstore.errors import LoadFailedError, WeightstoreError
+from weightstore.errors import InvalidOptionError, LoadFailedError, WeightstoreError
 from weightstore.io import is_url
 from weightstore.stores._load_failure import store_fix
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._remote_plan import plan_reads_for_load
 
 if TYPE_CHECKING:
+    from weightstore.adapters import Adapter, LayoutPlan
     from weightstore.report import ApplyResult
     from weightstore.snapshot import TensorSnapshot
     from weightstore.transfer._apply import IndexMapper
 
-__all__ = ["apply_snapshots", "checked_top_level_key", "verify_before_load"]
+__all__ = ["apply_snapshots", "checked_top_level_key", "plan_load", "verify_before_load"]
 
 
 def verify_before_load(reader: Any) -> None:
@@ -60,6 +61,27 @@ def checked_top_level_key(
         return key if opens_under(key) else None
     except WeightstoreError:  # not a key of the top-level dict: the remapping is the fix
         return None
+
+
+def plan_load(
+    model: object, snapshots: Sequence[TensorSnapshot], adapter: Adapter | None
+) -> LayoutPlan:
+    """`Store.plan`: what the layouts in `adapter` make of `snapshots` for `model`, planned
+    against the model's shapes as a load plans them; no data read.
+
+    Raises:
+        InvalidOptionError: `adapter` holds no layout.
+    """
+    from weightstore.adapters._layout_rewrite import rewrite_layouts
+    from weightstore.bridge import bridge_for
+
+    shapes = {target.path: target.shape for target in bridge_for(model).targets()}
+    _, plan = rewrite_layouts(adapter, snapshots, shapes)
+    if plan is None:
+        raise InvalidOptionError(
+            "plan needs a layout: pass one, or give the store .with_from_adapter(layout)"
+        )
+    return plan
 
 
 def apply_snapshots(

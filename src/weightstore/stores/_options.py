@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from weightstore.adapters import Adapter
     from weightstore.paths import KeyRemapper, PathFilter
 
-__all__ = ["StoreOptions"]
+__all__ = ["StoreOptions", "typed_metadata_value"]
 
 _NO_METADATA: Final[Mapping[str, str]] = MappingProxyType({})  # the default, shared read-only
 
@@ -139,3 +139,13 @@ class StoreOptions(ValueRecord):
 
     def __hash__(self) -> int:
         return super().__hash__()  # without filter and remapper: equal values, equal hashes
+
+
+def typed_metadata_value(value: object) -> bool:
+    """A value a typed-metadata format can hold: a scalar, a list of them, or a value that
+    carries its own type (`GgufValue`, which the writer checks)."""
+    if isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(typed_metadata_value(item) for item in value)
+    return hasattr(value, "type") and hasattr(value, "value")

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat
     from weightstore.sets._reader import SetReader, SetReport
+    from weightstore.snapshot import TensorSnapshot
     from weightstore.stores._options import StoreOptions
 
-__all__ = ["read_set_report", "restricted_for_load", "wanted_names"]
+__all__ = ["may_be_grouped", "read_set_report", "restricted_for_load", "wanted_names"]
 
 
 def restricted_for_load(
@@ -82,3 +83,11 @@ def wanted_names(options: StoreOptions, listed: Sequence[str], path: str) -> lis
         return [name for name in listed if kept.matches(name)]
     renamed = remapper.remap_names(list(listed), path=path)  # new name -> file name
     return [old for new, old in renamed.items() if kept.matches(new)]
+
+
+def may_be_grouped(snapshots: Sequence[TensorSnapshot]) -> bool:
+    """Whether a restricted read holds a tensor that may be part of a quantized group (a
+    dtype codes have), whose companions the restriction may have left out."""
+    from weightstore.quantized._view import CANDIDATE_DTYPES
+
+    return any(s.dtype.name in CANDIDATE_DTYPES or s.group is not None for s in snapshots)

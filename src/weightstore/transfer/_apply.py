@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from weightstore.bridge import bridge_for, source_for
 from weightstore.bridge._model import ReachingBridge
 from weightstore.dtypes import DType, can_cast_exactly
-from weightstore.errors import RemapCollisionError
+from weightstore.errors import LayoutError, RemapCollisionError
 from weightstore.report import ApplyError, ApplyResult
 from weightstore.snapshot import StoredBlocks, TensorSnapshot, stored_blocks
 from weightstore.transfer._groups import refuse_split_groups
@@ -111,14 +111,12 @@ def _saved_through_layouts(
     Raises:
         LayoutError: the first problem, naming its rule, sources and targets.
     """
-    from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
+    from weightstore.adapters._layout_rewrite import rewrite_layouts
 
-    for layout in layouts_in(adapter):
-        rewritten, plan = rewrite_layout(layout, snapshots)
-        if plan.problems:
-            raise plan.problems[0]
-        snapshots = rewritten
-    return snapshots
+    rewritten, plan = rewrite_layouts(adapter, snapshots)
+    if plan is not None and plan.problems:
+        raise plan.problems[0]
+    return rewritten
 
 
 class _SourceIndex:
@@ -220,7 +218,7 @@ def apply(
     bridge = bridge_for(model, device=device)
     targets = bridge.targets()
     aliases = bridge.aliases()  # before loading: the ties as the model was built
-    problems: list[Any] = []
+    problems: list[LayoutError] = []
     if adapter is not None:
         snapshots, problems = _through_layouts(adapter, snapshots, targets)
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
@@ -253,24 +251,18 @@ def apply(
 
 def _through_layouts(
     adapter: Adapter, snapshots: Sequence[TensorSnapshot], targets: Sequence[Target]
-) -> tuple[Sequence[TensorSnapshot], list[Any]]:
+) -> tuple[Sequence[TensorSnapshot], list[LayoutError]]:
     """`snapshots` rewritten by the layouts in `adapter` (its rules run before its per-tensor
     steps), planned against the model's shapes; and the problems the rules met."""
-    from weightstore.adapters._layout_rewrite import layouts_in, rewrite_layout
+    from weightstore.adapters._layout_rewrite import rewrite_layouts
 
-    layouts = layouts_in(adapter)
-    if not layouts:
-        return snapshots, []
     shapes = {target.path: target.shape for target in targets}
-    problems: list[Any] = []
-    for layout in layouts:
-        snapshots, plan = rewrite_layout(layout, snapshots, shapes)
-        problems.extend(plan.problems)
-    return snapshots, problems
+    rewritten, plan = rewrite_layouts(adapter, snapshots, shapes)
+    return rewritten, [] if plan is None else plan.problems
 
 
 def _block_layout_targets(
-    matching: _Matching, problems: Sequence[Any], targets: Sequence[Target]
+    matching: _Matching, problems: Sequence[LayoutError], targets: Sequence[Target]
 ) -> None:
     """Make each model tensor a failed layout group was to fill a load error naming the rule
     (a rule that matched nothing leaves its targets missing, and says so in the report)."""
