@@ -59,6 +59,17 @@ class LayoutOp(ValueRecord):
         those inputs, bit for bit."""
         raise NotImplementedError
 
+    def input_split_dims(self, dims: Sequence[int], shapes: Sequence[Shape]) -> list[int] | None:
+        """The dim each input (of `shapes`) is to be split on so that splitting the inputs and
+        running the operation gives each output split on its dim of `dims` (non-negative);
+        None where no such dims exist. A tensor-parallel load reads a rank's part of each
+        input this way.
+
+        A concatenation is split part by part: along its own dim that is each part's chunk,
+        joined (how vLLM's ``QKVParallelLinear`` holds q, k and v), not a chunk of the whole.
+        """
+        return None
+
     def _fail(self, detail: str, shapes: Sequence[Shape]) -> LayoutError:
         return LayoutError(detail, operation=repr(self), shapes=tuple(map(tuple, shapes)))
 
@@ -113,6 +124,10 @@ class Split(LayoutOp):
         self.output_shapes(shapes)
         return Concat(self.dim)
 
+    def input_split_dims(self, dims: Sequence[int], shapes: Sequence[Shape]) -> list[int] | None:
+        axis = self._axis(self.dim, shapes)  # its own dim: the parts' sizes would change
+        return [dims[0]] if len(set(dims)) == 1 and dims[0] != axis else None
+
 
 class Concat(LayoutOp):
     """Tensors joined along `dim` (``gate`` and ``up`` into ``gate_up``)."""
@@ -128,6 +143,9 @@ class Concat(LayoutOp):
     def apply(self, arrays: Sequence[np.ndarray[Any, Any]]) -> Arrays:
         self.output_shapes([a.shape for a in arrays])
         return [np.concatenate(arrays, axis=self._axis(self.dim, [arrays[0].shape]))]
+
+    def input_split_dims(self, dims: Sequence[int], shapes: Sequence[Shape]) -> list[int] | None:
+        return [dims[0]] * len(shapes) if len(dims) == 1 else None
 
     def inverse(self, shapes: Sequence[Shape]) -> LayoutOp:
         axis = self._axis(self.dim, shapes)
@@ -231,6 +249,9 @@ class Permute(LayoutOp):
         self.output_shapes([a.shape for a in arrays])
         return [np.ascontiguousarray(np.transpose(array, self.axes)) for array in arrays]
 
+    def input_split_dims(self, dims: Sequence[int], shapes: Sequence[Shape]) -> list[int] | None:
+        return [self.axes[dim] for dim in dims] if len(dims) == len(shapes) else None
+
     def inverse(self, shapes: Sequence[Shape]) -> LayoutOp:
         self.output_shapes(shapes)
         return Permute(tuple(int(axis) for axis in np.argsort(self.axes)))
@@ -321,3 +342,17 @@ class Pipeline(LayoutOp):
             inverses.append(step.inverse(current))
             current = step.output_shapes(current)
         return Pipeline(tuple(reversed(inverses)))
+
+    def input_split_dims(self, dims: Sequence[int], shapes: Sequence[Shape]) -> list[int] | None:
+        if not self.steps:
+            return list(dims) if len(dims) == len(shapes) else None
+        inputs = [list(shapes)]
+        for step in self.steps[:-1]:
+            inputs.append(step.output_shapes(inputs[-1]))
+        wanted = list(dims)
+        for step, step_shapes in zip(reversed(self.steps), reversed(inputs), strict=True):
+            found = step.input_split_dims(wanted, step_shapes)
+            if found is None:
+                return None
+            wanted = found
+        return wanted

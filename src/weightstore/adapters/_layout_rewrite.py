@@ -20,7 +20,7 @@ from weightstore.adapters._base import Adapter, ChainAdapter
 from weightstore.adapters._layout_names import Key, pattern_of_template
 from weightstore.adapters._layout_ops import LayoutOp
 from weightstore.adapters._layout_rules import Layout, LayoutRule, Shape
-from weightstore.base._record import ValueRecord
+from weightstore.base._record import ValueRecord, field
 from weightstore.errors import LayoutError
 from weightstore.paths._regex import GroupRef, Replacement
 from weightstore.snapshot import TensorSnapshot
@@ -37,6 +37,8 @@ class LayoutGroup(ValueRecord):
         source_shapes: their shapes.
         targets: the output tensors.
         shapes: their shapes.
+        op: the operation the group runs (the rule's, with sizes and inverses settled for
+            these shapes).
     """
 
     rule: str
@@ -44,6 +46,7 @@ class LayoutGroup(ValueRecord):
     source_shapes: tuple[Shape, ...]
     targets: tuple[str, ...]
     shapes: tuple[Shape, ...]
+    op: LayoutOp | None = field(default=None, repr=False, compare=False)
 
 
 class LayoutPlan:
@@ -243,7 +246,7 @@ def _plan_group(
     run = _GroupRun(inputs, op, len(names))
     dtype = inputs[0].dtype
     plan.groups.append(LayoutGroup(rule.name, sources, tuple(in_shapes), tuple(names),
-                                   tuple(map(tuple, out_shapes))))  # fmt: skip
+                                   tuple(map(tuple, out_shapes)), op))  # fmt: skip
     return [
         TensorSnapshot(tuple(name.split(".")), dtype, tuple(shape), functools.partial(run.take, i))
         for i, (name, shape) in enumerate(zip(names, out_shapes, strict=True))

@@ -10,7 +10,7 @@ process group is involved.
 """
 
 from weightstore.distributed._load import load
-from weightstore.distributed._plan import ShardPlan, chunk_bounds
+from weightstore.distributed._plan import FusedSplit, ShardPlan, chunk_bounds
 from weightstore.distributed._save import save
 
-__all__ = ["ShardPlan", "chunk_bounds", "load", "save"]
+__all__ = ["FusedSplit", "ShardPlan", "chunk_bounds", "load", "save"]

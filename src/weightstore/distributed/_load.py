@@ -11,6 +11,13 @@ Which tensors are split, and on which dim, comes from two places. An explicit pl
 already hold local shapes. A torch model whose parameters are ``DTensor`` s brings its own
 layout (`bridge._distributed.dtensor_layout`): each DTensor loads its local shard, and an
 explicit plan may add plain tensors but must not contradict a DTensor.
+
+A fused tensor is split part by part (`_plan.FusedSplit`): a rank reads its chunk of each part,
+one run each. A model tensor a layout rule of the store makes (``qkv_proj`` from ``q_proj``,
+``k_proj`` and ``v_proj``, adapters/_layout_rules.py) may be named by the plan too: its
+sources are split instead, on the dims the rule's operations map its dim to
+(`LayoutOp.input_split_dims`), so a rank reads its chunk of each source and the rule joins the
+chunks into that rank's part of the fused tensor.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ from typing import TYPE_CHECKING, Any
 from weightstore.bridge import is_torch_module
 from weightstore.distributed._parts import group_part_keys
 from weightstore.distributed._plan import (
+    FusedSplit,
     PlanInput,
     ShardPlan,
+    Split,
     chunk_bounds,
+    fused_ranges,
     normalize_dim,
     validate_rank,
 )
@@ -60,7 +70,9 @@ def load(
             ``fully_shard``, ``distribute_tensor``) get their local shard.
         plan: ``{regex: dim}`` or a `ShardPlan`: tensors whose name (after the store's
             remapping) a pattern is found in are split on that dim; the first pattern wins.
-            None: only the model's DTensors are split.
+            A `FusedSplit` in place of a dim splits a fused tensor part by part. A pattern
+            may name a model tensor a layout rule of the store's from-adapter makes: its
+            sources are split. None: only the model's DTensors are split.
         rank, world_size: this process's place; by default the DTensors' mesh, else the
             default process group. Give both or neither.
         device: where plain tensors go, as in `Store.apply_to`; DTensors stay on their mesh.
@@ -70,7 +82,9 @@ def load(
 
     Raises:
         InvalidOptionError: a bad plan or rank; a plan that contradicts a DTensor, splits a
-            tensor on a dim it lacks, or a DTensor layout that cannot be loaded this way;
+            tensor on a dim it lacks, gives fused sizes that do not add up to the tensor's,
+            splits a layout rule's target that its operations cannot split part by part,
+            or a DTensor layout that cannot be loaded this way;
             no rank given and no process group; a `device` for a model with DTensors.
         LoadFailedError: as `Store.apply_to` (local shapes are what it compares).
 
@@ -83,17 +97,21 @@ def load(
     rank, world_size = _place(layout, rank, world_size)
     snapshots = store.get_all_snapshots()
     dims = _dims(snapshots, rules, layout)
+    if rules:
+        _add_layout_sources(dims, store, snapshots, rules, layout)
     sliced = sliced_snapshots(snapshots.values(), dims, rank, world_size)
     return store._apply_snapshots(target, sliced, device)
 
 
 def sliced_snapshots(
-    snapshots: Any, dims: Mapping[str, int], rank: int, world_size: int
+    snapshots: Any, dims: Mapping[str, Split], rank: int, world_size: int
 ) -> list[TensorSnapshot]:
-    """`snapshots` with each one `dims` names cut to rank `rank`'s chunk of that dim (dims
-    normalized); the others as they are. Nothing is read."""
+    """`snapshots` with each one `dims` names cut to rank `rank`'s chunk of that dim, or its
+    chunks of a `FusedSplit`'s parts (dims normalized, sizes checked); the others as they
+    are. Nothing is read."""
     snapshots = list(snapshots)
-    parts = group_part_keys(snapshots, dims, rank, world_size)
+    plain = {name: dim for name, dim in dims.items() if isinstance(dim, int)}
+    parts = group_part_keys(snapshots, plain, rank, world_size)
     return [
         _sliced_part(s, parts[s.full_path])
         if s.full_path in parts
@@ -149,12 +167,16 @@ def _place(
 
 def _dims(
     snapshots: Mapping[str, TensorSnapshot], rules: ShardPlan, layout: DTensorLayout | None
-) -> dict[str, int]:
-    """Tensor name -> the (normalized) dim it is split on, for every split tensor."""
+) -> dict[str, Split]:
+    """Tensor name -> the (normalized) dim it is split on, or its checked `FusedSplit`, for
+    every split tensor."""
     own = {} if layout is None else layout.dims
-    dims: dict[str, int] = {}
+    dims: dict[str, Split] = {}
     for name, snapshot in snapshots.items():
         planned = rules.dim_for(name) if rules else None
+        if isinstance(planned, FusedSplit):
+            dims[name] = _checked_fused(planned, snapshot, name in own)
+            continue
         if planned is not None:
             planned = normalize_dim(planned, snapshot.shape, name)
         if name in own:
@@ -172,7 +194,97 @@ def _dims(
     return dims
 
 
-def _sliced(snapshot: TensorSnapshot, dim: int, rank: int, world_size: int) -> TensorSnapshot:
+def _checked_fused(split: FusedSplit, snapshot: TensorSnapshot, is_dtensor: bool) -> FusedSplit:
+    """`split` with its dim normalized against the tensor it splits, whose sizes it fits."""
+    name = snapshot.full_path
+    if is_dtensor:
+        raise InvalidOptionError(
+            f"the plan splits tensor {name!r} part by part, but the model's DTensor places it "
+            "by its own Shard rule, which chunks the fused whole; load it into a plain tensor"
+        )
+    if snapshot.group is not None:
+        raise InvalidOptionError(
+            f"the plan splits quantized tensor {name!r} part by part; split its parts by a "
+            "dim, which keeps codes and scales together"
+        )
+    dim = normalize_dim(split.dim, snapshot.shape, name)
+    if sum(split.sizes) != snapshot.shape[dim]:
+        raise InvalidOptionError(
+            f"the plan splits tensor {name!r} of shape {list(snapshot.shape)} into parts of "
+            f"{list(split.sizes)} along dim {dim}, which add up to {sum(split.sizes)}, not "
+            f"{snapshot.shape[dim]}"
+        )
+    return FusedSplit(dim, split.sizes)
+
+
+def _add_layout_sources(
+    dims: dict[str, Split],
+    store: Store,
+    snapshots: Mapping[str, TensorSnapshot],
+    rules: ShardPlan,
+    layout: DTensorLayout | None,
+) -> None:
+    """Add to `dims` the sources of each layout group whose targets the plan splits, on the
+    dims the group's operations map the targets' dims to (see the module docstring).
+
+    Raises:
+        InvalidOptionError: a split target is a DTensor, has no such dim, or is split by a
+            `FusedSplit`; its group's operations cannot be split that way; its rule cannot
+            be planned before the load; or a source is split two ways.
+    """
+    from weightstore.adapters._layout_rewrite import rewrite_layouts
+
+    _, plan = rewrite_layouts(store._options.from_adapter, list(snapshots.values()))
+    if plan is None:
+        return
+    own = {} if layout is None else layout.dims
+    for problem in plan.problems:
+        named = [t for t in problem.targets if rules.dim_for(t) is not None]
+        if named:
+            raise InvalidOptionError(
+                f"the plan splits {named[0]!r}, which layout rule {problem.rule!r} makes, but "
+                f"the rule cannot be planned before the load ({problem.reason}); split its "
+                "sources in the plan instead"
+            )
+    for group in plan.groups:
+        planned = [(target, rules.dim_for(target)) for target in group.targets]
+        if all(split is None for _, split in planned):
+            continue
+        where = f"layout rule {group.rule!r} makes {', '.join(map(repr, group.targets))}"
+        target_dims = []
+        for (target, split), shape in zip(planned, group.shapes, strict=True):
+            if not isinstance(split, int) or target in own:
+                raise InvalidOptionError(
+                    f"the plan splits {target!r} by {split!r}, but {where}: a rule's targets "
+                    "are split by a dim, every one of them, into plain tensors (a rule's "
+                    "concatenation is split part by part already)"
+                )
+            target_dims.append(normalize_dim(split, shape, target))
+        source_dims = (
+            None
+            if group.op is None
+            else group.op.input_split_dims(target_dims, group.source_shapes)
+        )
+        if source_dims is None or any(s not in snapshots for s in group.sources):
+            raise InvalidOptionError(
+                f"the plan splits {', '.join(map(repr, group.targets))} on dims {target_dims}, "
+                f"but {where} by operations a rank's part cannot be read through (only "
+                "concatenations, permutations and splits off their own dim can); split its "
+                f"sources {', '.join(map(repr, group.sources))} in the plan instead"
+            )
+        for source, dim in zip(group.sources, source_dims, strict=True):
+            if dims.get(source, dim) != dim:
+                raise InvalidOptionError(
+                    f"the plan splits {source!r} on dim {dims[source]!r}, but {where} and "
+                    f"its split needs {source!r} split on dim {dim}"
+                )
+            dims[source] = dim
+
+
+def _sliced(snapshot: TensorSnapshot, split: Split, rank: int, world_size: int) -> TensorSnapshot:
+    if isinstance(split, FusedSplit):
+        return _fused(snapshot, split, rank, world_size)
+    dim = split
     start, stop = chunk_bounds(snapshot.shape[dim], rank, world_size)
     shape = (*snapshot.shape[:dim], stop - start, *snapshot.shape[dim + 1 :])
     key = (*(slice(None),) * dim, slice(start, stop))
@@ -180,6 +292,28 @@ def _sliced(snapshot: TensorSnapshot, dim: int, rank: int, world_size: int) -> T
         snapshot.path, snapshot.dtype, shape, _slice_load(snapshot.load, key),
         snapshot.container, snapshot.param_id,
     )  # fmt: skip
+
+
+def _fused(
+    snapshot: TensorSnapshot, split: FusedSplit, rank: int, world_size: int
+) -> TensorSnapshot:
+    """Rank `rank`'s chunks of the parts of `split`, joined; each chunk read as one slice."""
+    dim = split.dim
+    ranges = fused_ranges(split, rank, world_size)
+    keys = [(*(slice(None),) * dim, slice(start, stop)) for start, stop in ranges]
+    size = sum(stop - start for start, stop in ranges)
+    shape = (*snapshot.shape[:dim], size, *snapshot.shape[dim + 1 :])
+    reads = [_slice_load(snapshot.load, key) for key in keys]
+    return TensorSnapshot(
+        snapshot.path, snapshot.dtype, shape, functools.partial(_joined, reads, dim),
+        snapshot.container, snapshot.param_id,
+    )  # fmt: skip
+
+
+def _joined(reads: list[Callable[[], Any]], dim: int) -> np.ndarray[Any, Any]:
+    import numpy as np
+
+    return np.concatenate([read() for read in reads], axis=dim)
 
 
 def _sliced_part(snapshot: TensorSnapshot, key: tuple[slice, ...] | None) -> TensorSnapshot:
