@@ -140,12 +140,14 @@ class ApplyResult:
             file's Q4_K...), the source's encoding; its values were decoded on the way.
         layout_problems: what a layout adapter's rules could not make, each naming its rule,
             sources and targets (docs/layouts.md); empty without layout rules.
+        tied: each applied path the source lacked and a tie filled (a head left out of the
+            file, tied to the input embedding), and the source tensor it was filled from.
     """
 
     # Written out by hand, not a dataclass, for the same reason as `ApplyError`.
     __slots__ = (
         "applied", "errors", "held_back", "layout_problems", "missing", "quantized", "refused",
-        "skipped", "source", "top_level_key", "unused",
+        "skipped", "source", "tied", "top_level_key", "unused",
     )  # fmt: skip
 
     def __init__(
@@ -161,6 +163,7 @@ class ApplyResult:
         top_level_key: str | None = None,
         quantized: dict[str, str] | None = None,
         layout_problems: list[str] | None = None,
+        tied: dict[str, str] | None = None,
     ) -> None:
         # Each result gets lists of its own, as the dataclass's default factories gave it.
         self.applied: list[str] = [] if applied is None else applied
@@ -174,11 +177,13 @@ class ApplyResult:
         self.top_level_key: str | None = top_level_key
         self.quantized: dict[str, str] = {} if quantized is None else quantized
         self.layout_problems: list[str] = [] if layout_problems is None else layout_problems
+        self.tied: dict[str, str] = {} if tied is None else tied
 
     def _fields(self) -> tuple[object, ...]:
         return (
             self.applied, self.skipped, self.missing, self.unused, self.errors, self.held_back,
             self.refused, self.source, self.top_level_key, self.quantized, self.layout_problems,
+            self.tied,
         )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -190,7 +195,7 @@ class ApplyResult:
 
     def __repr__(self) -> str:
         names = ("applied", "skipped", "missing", "unused", "errors", "held_back", "refused",
-                 "source", "top_level_key", "quantized", "layout_problems")  # fmt: skip
+                 "source", "top_level_key", "quantized", "layout_problems", "tied")  # fmt: skip
         values = self._fields()
         pairs = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
         return f"ApplyResult({pairs})"

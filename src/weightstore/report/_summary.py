@@ -123,6 +123,11 @@ class Summarized(Protocol):
         """Applied paths decoded from quantized source blocks, and each one's encoding."""
         ...
 
+    @property
+    def tied(self) -> Mapping[str, str]:
+        """Applied paths a tie filled, and the source tensor each came from."""
+        ...
+
     def prefix_change(self) -> SummarizedChange | None:
         """The prefix change that explains most missing paths, if one does."""
         ...
@@ -196,6 +201,10 @@ def _counts_lines(result: Summarized) -> list[str]:
         by_kind = ", ".join(f"{kind} x{number:,}" for kind, number in sorted(kinds.items()))
         lines.append(f"│ ≈ Decoded from quantized:     {count(len(result.quantized), 'tensor')}"
                      f" ({by_kind})")  # fmt: skip
+    if result.tied:
+        pairs = ", ".join(f"{path} <- {source}" for path, source in sorted(result.tied.items()))
+        lines.append(f"│ = Filled from a tied tensor:  {count(len(result.tied), 'tensor')}"
+                     f" ({pairs})")  # fmt: skip
     if result.refused is not None:
         lines.append(
             f"│ ⏸ Held back:                  {count(len(result.held_back), 'tensor')} (the load "

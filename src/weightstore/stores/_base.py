@@ -362,8 +362,28 @@ class Store:
         return self._with(auto_extension=enabled)
 
     def dedupe_tied(self: StoreT, enabled: bool = True) -> StoreT:
-        """Save a tensor tied under several names once, under its first name."""
+        """Save a tensor tied under several names once, under its first name (the default
+        for SafeTensors, as huggingface_hub saves; ``dedupe_tied(False)`` writes every name).
+        A load fills the names left out again (`with_tied_weights`)."""
         return self._with(dedupe_tied=enabled)
+
+    def with_tied_weights(self: StoreT, ties: Mapping[str, str]) -> StoreT:
+        """Fill each model tensor `ties` names (``{"lm_head.weight":
+        "model.embed_tokens.weight"}``) from the source tensor it maps to, when the source
+        lacks it: a checkpoint saved with its tied head left out, loaded into a model whose
+        head is a tensor of its own. The report lists each in ``tied``.
+
+        By default the ties come from a ``config.json`` beside a local file or set: with
+        ``tie_word_embeddings`` (transformers' default: true), a missing ``lm_head.weight``
+        is filled from the one input embedding the source holds (``embed_tokens``, ``wte``,
+        ``word_embeddings``...). ``with_tied_weights({})`` turns that off.
+
+        Raises:
+            InvalidOptionError: a name that is no str.
+        """
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in ties.items()):
+            raise InvalidOptionError("tied weights map model tensor names to source names (str)")
+        return self._with(tied_weights=dict(ties))
 
     def with_max_shard_size(self: StoreT, size: int | str) -> StoreT:
         """Save a sharded set into the store's path, a directory (created if missing), with at

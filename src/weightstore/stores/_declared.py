@@ -31,10 +31,16 @@ class BurnpackStore(Store):
 class SafetensorsStore(Store):
     """SafeTensors files, in a file or in memory, interchangeable with the safetensors package.
 
-    Paths are taken as written.
+    Paths are taken as written. A tensor tied under several names (a head tied to the input
+    embedding) is saved once, under its first name, as huggingface_hub and transformers save
+    it (``dedupe_tied(False)``: every name); loads fill the names left out (`with_tied_weights`).
     """
 
     FORMAT = safetensors.FORMAT
+
+    @classmethod
+    def _defaults(cls) -> StoreOptions:
+        return super()._defaults().replace(dedupe_tied=True)
 
 
 class PytorchStore(Store):

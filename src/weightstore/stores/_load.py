@@ -7,6 +7,7 @@ itself, so the pipeline sits below the store class (`_base`) and imports nothing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from weightstore.io import is_url
 from weightstore.stores._load_failure import store_fix
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._remote_plan import plan_reads_for_load
+from weightstore.stores._ties import ties_for_load
 
 if TYPE_CHECKING:
     from weightstore.adapters import Adapter, LayoutPlan
@@ -130,6 +132,7 @@ def apply_snapshots(
             skip_enum_variants=options.skip_enum_variants,
             source_path=path,
             rules=rules,
+            ties=functools.partial(ties_for_load, options.tied_weights, path),
         )
         if file_names:
             result.unused = [file_names.get(name, name) for name in result.unused]

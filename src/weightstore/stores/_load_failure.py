@@ -44,7 +44,25 @@ def store_fix(result: ApplyResult, failure: LoadFailure) -> str:
     if not result.partial_load_advisable():  # most of the model would stay unloaded
         return renamed or f"{compare}: {_too_many(result)}"
     leave = "use .allow_partial(True) to load the rest and leave them as they are"
+    renamed = renamed or _tie_fix(result)
     return f"{renamed}, or {leave}" if renamed else leave
+
+
+def _tie_fix(result: ApplyResult) -> str:
+    """For a missing head beside an input embedding the source holds: the tie that fills it
+    (a file saved with its tied head left out, and no config.json saying so); else ""."""
+    from weightstore.stores._ties import HEAD_WEIGHT, INPUT_EMBEDDING
+
+    if HEAD_WEIGHT not in {path for path, _ in result.missing}:
+        return ""
+    held = (*result.applied, *result.held_back, *result.unused)
+    embeddings = [p for p in held if INPUT_EMBEDDING.fullmatch(p)]
+    if len(embeddings) != 1:
+        return ""
+    return (
+        f"if the head is tied to the input embedding (a file saved without it), load with "
+        f".with_tied_weights({{{HEAD_WEIGHT!r}: {embeddings[0]!r}}})"
+    )
 
 
 def _renamed(result: ApplyResult) -> str:

@@ -53,6 +53,7 @@ class StoreOptions(ValueRecord):
     verify_digests: bool = True  # reads check the digests a file carries
     quantize: str | None = None  # GGUF saves: quantize float tensors to this ggml type
     dequantize: str | None = None  # quantized groups read as one tensor of this dtype name
+    tied_weights: Mapping[str, str] | None = None  # model path -> source name; None: config.json
 
     def __init__(
         self,
@@ -79,6 +80,7 @@ class StoreOptions(ValueRecord):
         verify_digests: bool = True,
         quantize: str | None = None,
         dequantize: str | None = None,
+        tied_weights: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
@@ -86,6 +88,7 @@ class StoreOptions(ValueRecord):
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
             dedupe_tied, durable, max_shard_size, variant, allow_objects, digests,
             index_tensor_digests, verify_digests, quantize, dequantize,
+            None if tied_weights is None else dict(tied_weights),
         )  # fmt: skip
 
     @property

@@ -20,7 +20,7 @@ only while the model loads.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from weightstore.bridge import bridge_for, source_for
@@ -47,11 +47,16 @@ if TYPE_CHECKING:
     from weightstore.adapters import Adapter
     from weightstore.paths import PathFilter
 
-__all__ = ["DTypePolicy", "IndexMapper", "apply", "collect"]
+__all__ = ["DTypePolicy", "IndexMapper", "TieRule", "apply", "collect"]
 
 IndexMapper = Callable[[Iterable[str]], dict[str, str]]
 """Renumbers list indices in names before matching (``map_indices_contiguous``): the names in,
 a map from each name to its renumbered form out; applied to both sides of a load."""
+
+TieRule = Callable[[Collection[str], Collection[str]], Mapping[str, str]]
+"""Which model tensors to fill from another source tensor: given the source's names and the
+model tensors it lacks, a map from such a model tensor to the source name to fill it from
+(the store's ``with_tied_weights``, or a ``config.json``'s ``tie_word_embeddings``)."""
 
 DTypePolicy = Literal["exact", "from_record", "cast"]
 """How a source dtype meets the model's: convert only when exact (stores), keep the source's
@@ -174,6 +179,7 @@ def apply(
     dtype_policy: DTypePolicy = "exact",
     source_path: str | None = None,
     rules: LoadRules | None = None,
+    ties: TieRule | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` and report what happened; never raises for data problems.
 
@@ -201,6 +207,8 @@ def apply(
             model's own load code does, nothing is written and the report says so
             (`ApplyResult.refused`; the tensors that passed every check are `held_back`).
             Without rules, every tensor that passed the checks is written.
+        ties: fills model tensors the source lacks from the source tensors it names (after
+            the layouts, before matching); the report's ``tied`` lists those applied.
 
     Returns:
         Every model path as applied, skipped, missing or an error (or held back), and the
@@ -221,6 +229,9 @@ def apply(
     problems: list[LayoutError] = []
     if adapter is not None:
         snapshots, problems = _through_layouts(adapter, snapshots, targets)
+    tied: dict[str, str] = {}
+    if ties is not None:
+        snapshots, tied = _filled_ties(snapshots, targets, aliases, ties)
     index = _SourceIndex(snapshots, targets, map_indices, skip_enum_variants, source_path)
     matching = _match(targets, index, filter, adapter, dtype_policy)
     if problems:
@@ -232,6 +243,7 @@ def apply(
             targets, aliases, index, matching, reach, rules
         )
         planned_result.layout_problems = [str(problem) for problem in problems]
+        planned_result.tied = {p: s for p, s in tied.items() if p in planned_result.held_back}
         if refused:
             planned_result.source = source_path
             return planned_result
@@ -242,6 +254,9 @@ def apply(
     else:
         result = _report(targets, aliases, index, matching, outcome)
         result.layout_problems = [str(problem) for problem in problems]
+    if tied:
+        loaded = set(result.applied)
+        result.tied = {path: source for path, source in tied.items() if path in loaded}
     result.source = source_path
     if matching.quantized:
         loaded = set(result.applied)
@@ -259,6 +274,29 @@ def _through_layouts(
     shapes = {target.path: target.shape for target in targets}
     rewritten, plan = rewrite_layouts(adapter, snapshots, shapes)
     return rewritten, [] if plan is None else plan.problems
+
+
+def _filled_ties(
+    snapshots: Sequence[TensorSnapshot],
+    targets: Sequence[Target],
+    aliases: Mapping[str, str],
+    ties: TieRule,
+) -> tuple[Sequence[TensorSnapshot], dict[str, str]]:
+    """`snapshots` and, for each model tensor they lack that `ties` fills from one they hold,
+    that one under the model tensor's name; and those ties. A model tensor tied to another in
+    the model itself is filled through the model's own tie, not here."""
+    by_name = {s.full_path: s for s in snapshots}
+    absent = [t.path for t in targets if t.path not in by_name and t.path not in aliases]
+    if not absent:
+        return snapshots, {}
+    wanted = set(absent)
+    tied = {
+        path: source
+        for path, source in ties(by_name.keys(), absent).items()
+        if path in wanted and source in by_name
+    }
+    filled = [by_name[source].with_name(path) for path, source in tied.items()]
+    return [*snapshots, *filled], tied
 
 
 def _block_layout_targets(
