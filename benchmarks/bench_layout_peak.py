@@ -6,7 +6,9 @@ measurement) through the ``fuse-qkv-gate-up`` preset, and the Python-heap peak o
 measured with ``tracemalloc`` (NumPy reports its buffers to it; the file is memory-mapped, so
 reading it costs no heap). The peer is what users write today: ``safetensors.numpy.load_file``
 of the whole file, then one ``np.concatenate`` per fused tensor. Printed per size: the largest
-group (its fused tensor), our peak, the peer's peak, and the ratios.
+group (its fused tensor), our peak, the peer's peak, and the ratios. Then the same for a
+file-to-file conversion (what ``convert --layout fuse-qkv-gate-up`` runs: a save from the
+store through the layout), against ``load_file``, the concatenations and ``save_file``.
 
 Run ``.venv/bin/python benchmarks/bench_layout_peak.py`` (add ``--quick`` for small sizes).
 """
@@ -82,12 +84,36 @@ def _peer(path: Path, model: dict[str, Any]) -> None:
         block["mlp"]["gate_up_proj"]["weight"][...] = np.concatenate(mlp)
 
 
+def _convert(path: Path, _: dict[str, Any]) -> None:
+    from weightstore.adapters import layout_preset
+    from weightstore.stores import SafetensorsStore
+
+    out = SafetensorsStore.from_file(path.with_name("fused.safetensors")).overwrite()
+    out.with_to_adapter(layout_preset("fuse-qkv-gate-up")).collect_from(
+        SafetensorsStore.from_file(path)
+    )
+
+
+def _peer_convert(path: Path, _: dict[str, Any]) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    state = load_file(str(path))
+    layers = sorted({name.split(".")[1] for name in state})
+    for layer in layers:
+        qkv = [state.pop(f"l.{layer}.attn.{p}_proj.weight") for p in "qkv"]
+        state[f"l.{layer}.attn.qkv_proj.weight"] = np.concatenate(qkv)
+        mlp = [state.pop(f"l.{layer}.mlp.{p}_proj.weight") for p in ("gate", "up")]
+        state[f"l.{layer}.mlp.gate_up_proj.weight"] = np.concatenate(mlp)
+    save_file(state, str(path.with_name("peer.safetensors")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, seconds")
     args = parser.parse_args()
     sizes = [(4, 256), (8, 256)] if args.quick else [(4, 512), (8, 512), (16, 512), (8, 1024)]
-    print("layers hidden  file_MB  group_MB  ours_MB  peer_MB  ours/group  ours/peer")
+    print("layers hidden  file_MB  group_MB  ours_MB  peer_MB  ours/group  ours/peer  "
+          "convert_MB  peer_convert_MB  convert/group  convert/peer")  # fmt: skip
     for layers, hidden in sizes:
         with tempfile.TemporaryDirectory() as scratch:
             path = Path(scratch) / "separate.safetensors"
@@ -96,10 +122,13 @@ def main() -> None:
             model = _model(shapes)
             ours = _peak(_ours, path, model)
             peer = _peak(_peer, path, model)
+            converted = _peak(_convert, path, model)
+            peer_converted = _peak(_peer_convert, path, model)
             size = path.stat().st_size
             print(f"{layers:6} {hidden:6} {size / 1e6:8.1f} {group / 1e6:9.2f} "
                   f"{ours / 1e6:8.2f} {peer / 1e6:8.2f} {ours / group:11.2f} "
-                  f"{ours / peer:10.3f}")  # fmt: skip
+                  f"{ours / peer:10.3f} {converted / 1e6:11.2f} {peer_converted / 1e6:16.2f} "
+                  f"{converted / group:14.2f} {converted / peer_converted:13.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -202,3 +202,5 @@ def test_layout_peak_quick_run_prints_both_peaks_per_size() -> None:
     for row in rows:
         group, ours, peer = map(float, row[3:6])
         assert group > 0 and ours > 0 and peer > 0, row
+        converted, peer_converted = map(float, row[8:10])
+        assert converted > 0 and peer_converted > 0, row
