@@ -2,19 +2,21 @@
 
 `locate` answers once, for the stores (`Store.from_file`), `open_reader` and the command line
 alike, so all three accept the same inputs: a file of any registered format, a sharded set
-(its directory or index, local or at a URL), a `torch.distributed.checkpoint` directory, or
-nothing yet (a save target). Its answer is a `Location`: the kind, the format, the index, and
-the probed first bytes, which the opener checks instead of reading them again.
+(its directory or index, local or at a URL), a `torch.distributed.checkpoint` directory (saved
+through `weightstore.dcp`, or by torch's own writer), or nothing yet (a save target). Its
+answer is a `Location`: the kind, the format, the index, and the probed first bytes, which the
+opener checks instead of reading them again.
 
-The order of the questions is the order a path is read in: a DCP directory (it holds JSON
-that would otherwise read as a set's index), a set (a directory or a name shaped as an
-index), a directory holding one model of a format without sets (a GGUF file or split model:
-its file, or first part, is what is found), a file (Burn's extension rule included:
-``model`` is ``model.bpk`` when only that exists), else nothing there. A URL is tried as an
-object first, since telling a folder on an object store costs a listing; its probe's request
-is taken over by the reader opened next (`weightstore.io._remote_source`), and a local file's
-open is handed to the reader opened over the same location
-(`weightstore.io._open.handing_over`). (A folder at a URL is searched for sets only.)
+The order of the questions is the order a path is read in: torch's own DCP directory (its
+``.metadata``), a DCP directory of ours (it holds JSON that would otherwise read as a set's
+index), a set (a directory or a name shaped as an index), a directory holding one model of a
+format without sets (a GGUF file or split model: its file, or first part, is what is found), a
+file (Burn's extension rule included: ``model`` is ``model.bpk`` when only that exists), else
+nothing there. A URL is tried as an object first, since telling a folder on an object store
+costs a listing; its probe's request is taken over by the reader opened next
+(`weightstore.io._remote_source`), and a local file's open is handed to the reader opened over
+the same location (`weightstore.io._open.handing_over`). (A folder at a URL is searched for
+sets only.)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Kind(str, enum.Enum):
     FILE = "file"  # one container file of a registered format (or of none: `format` is None)
     SET = "set"  # a sharded set: a directory or an index, its shards one format's files
     DCP = "dcp"  # a torch.distributed.checkpoint directory saved through weightstore.dcp
+    TORCH_DCP = "torch-dcp"  # one torch's own FileSystemWriter saved (.metadata, *.distcp)
     MISSING = "missing"  # nothing there yet (a save target), or a directory holding no set
 
 
@@ -211,6 +214,8 @@ def open_located(
                 _open_set(path, fmt, variant, options, storage_options)  # raises: no set
             raise _missing(path)
         chosen = fmt if fmt is not None else location.require_format()
+        if location.kind is Kind.TORCH_DCP:
+            return _open_torch_dcp(location, chosen, options)
         if location.kind is Kind.DCP:
             from weightstore.dcp._reader import open_dcp
 
@@ -231,6 +236,25 @@ def open_located(
     finally:
         if source is not None:
             source.close()
+
+
+def _open_torch_dcp(
+    location: Location, fmt: ContainerFormat, options: dict[str, Any]
+) -> TensorReader:
+    """A reader over torch's own DCP checkpoint, whose items are ``torch.save`` archives: a
+    store of another format is refused, naming the stores that read it."""
+    if location.format is not None and fmt is not location.format:
+        raise UnsupportedFormatError(
+            f"is a torch.distributed.checkpoint directory of torch.save items, not "
+            f"{fmt.title} files; open it with PytorchStore or Store.from_file, which picks "
+            "the format",
+            path=location.path,
+            found="torch-dcp",
+        )
+    from weightstore.dcp._torch_reader import open_torch_dcp
+
+    kept = {k: v for k, v in options.items() if k in ("mode", "max_index_size")}
+    return open_torch_dcp(location.path, **kept)
 
 
 def _open_set(
@@ -268,6 +292,14 @@ def _locate(
     if is_url(path):
         return _locate_url(path, storage_options, variant, known, candidates), None
     is_dir = os.path.isdir(path)
+    if is_dir or path.endswith(".metadata"):
+        from weightstore.dcp._names import TORCH_DCP_METADATA_NAME, is_torch_dcp_checkpoint
+
+        if is_torch_dcp_checkpoint(path):
+            from weightstore.pytorch_reader import FORMAT as PYTORCH
+
+            index = path if not is_dir else os.path.join(path, TORCH_DCP_METADATA_NAME)
+            return Location(path, Kind.TORCH_DCP, PYTORCH, False, index), None
     if is_dir or path.endswith(".json"):  # every index is named *.json: else no set modules
         from weightstore.dcp._names import is_dcp_checkpoint
         from weightstore.sets._discover import is_index_name

@@ -307,8 +307,8 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     directory or an index file is described as a sharded set."""
     filename = os.fspath(path)
     location = locate(filename, options.get("storage_options"))
-    if location.kind is Kind.DCP:
-        return _summarize_dcp(filename)
+    if location.kind in (Kind.DCP, Kind.TORCH_DCP):
+        return _summarize_dcp(filename, torch_writer=location.kind is Kind.TORCH_DCP)
     if location.kind is Kind.SET:
         return _summarize_set(filename, options)
     summarize_file: Summarizer = reading_format(location).load_summarizer()
@@ -317,14 +317,17 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     return summarize_file(filename, options)
 
 
-def _summarize_dcp(path: str) -> FileReport:
-    """A `torch.distributed.checkpoint` directory: every tensor whole (put together from its
-    chunks), its plain values as objects, and its rank files as the set's shards (a rank
-    file's tensors are its chunks); files the index does not name are listed as ignored, and
-    entries that are no file (a FIFO, a symlink loop) as skipped."""
-    from weightstore.dcp._reader import open_dcp
+def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
+    """A `torch.distributed.checkpoint` directory (ours, or with `torch_writer` torch's own):
+    every tensor whole (put together from its chunks), its plain values as objects, and its
+    rank files as the set's shards (a rank file's tensors are its chunks); files the index
+    does not name are listed as ignored, and entries that are no file (a FIFO, a symlink
+    loop) as skipped."""
+    from weightstore.dcp._reader import DcpReader, open_dcp
+    from weightstore.dcp._torch_reader import TorchDcpReader, open_torch_dcp
 
-    with open_dcp(path) as reader:
+    opened: DcpReader = open_torch_dcp(path) if torch_writer else open_dcp(path)
+    with opened as reader:
         index, tensors = reader.path, reader.index.tensors
         rows = [
             TensorRow(name, dtype, shape, dtype.nbytes(shape), chunks=len(tensors[name].chunks))
@@ -336,6 +339,9 @@ def _summarize_dcp(path: str) -> FileReport:
     for tensor in tensors.values():
         for chunk in tensor.chunks:
             chunks[chunk.file] = chunks.get(chunk.file, 0) + 1
+    if isinstance(opened, TorchDcpReader):  # its values lie in the rank files too
+        for item in opened.torch_index.values.values():
+            chunks.setdefault(item.file, 0)
     directory = os.path.dirname(index)
     shards = [
         (name, os.path.getsize(os.path.join(directory, name)), count)
@@ -347,7 +353,7 @@ def _summarize_dcp(path: str) -> FileReport:
     skipped = [(n, k) for n, k in kinds.items() if k not in (REGULAR, DIRECTORY, MISSING)]
     return FileReport(
         path=index,
-        format="dcp",
+        format="torch-dcp" if torch_writer else "dcp",
         file_size=sum(size for _, size, _ in shards),
         metadata=metadata,
         tensors=rows,

@@ -248,7 +248,12 @@ class DcpReader:
         tensors = opened.index.tensors
         chosen = set(tensors if selection is None else selection)
         self._names = [name for name in tensors if name in chosen]  # the index's order
-        self._files = RankFiles(opened.index, opened.paths, opened.fmt, opened.mode)
+        self._files = self._chunk_files(opened)
+
+    def _chunk_files(self, opened: _Opened) -> Any:
+        """What reads the chunks: each rank file's reader, by file (`RankFiles`); a torch
+        DCP checkpoint reads its ``torch.save`` items instead (`_torch_reader`)."""
+        return RankFiles(opened.index, opened.paths, opened.fmt, opened.mode)
 
     # -- the checkpoint ------------------------------------------------------------------------
 

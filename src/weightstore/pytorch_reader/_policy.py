@@ -147,10 +147,16 @@ def is_object_class(module: str, name: str) -> bool:
 
 
 def scan_globals(
-    root: object, *, max_nodes: int = MAX_SCAN_NODES, max_depth: int = MAX_SCAN_DEPTH
+    root: object,
+    *,
+    max_nodes: int = MAX_SCAN_NODES,
+    max_depth: int = MAX_SCAN_DEPTH,
+    every: bool = False,
 ) -> Scan:
     """Every global outside the data modules reachable from `root`, the decoded value of a
-    checkpoint, each with the first place the walk (in the file's order) finds it."""
+    checkpoint, each with the first place the walk (in the file's order) finds it; with
+    `every`, those of the data modules too (as classes), for a pickle whose globals are
+    known exactly (torch's DCP metadata)."""
     found: dict[tuple[str, str], FoundGlobal] = {}
     seen: set[int] = set()
     # Depth first over lazy child iterators: memory grows with depth, never with a list's width.
@@ -169,7 +175,7 @@ def scan_globals(
         where, value = step
         if isinstance(value, GlobalRef):
             key = (value.module, value.name)
-            if key not in found and (runs_code(*key) or is_object_class(*key)):
+            if key not in found and (every or runs_code(*key) or is_object_class(*key)):
                 found[key] = FoundGlobal(value.module, value.name, where)
             continue
         children = _children(value)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from weightstore.stores._ties import HEAD_WEIGHT, INPUT_EMBEDDING
+
 if TYPE_CHECKING:
     from weightstore.report import ApplyResult, LoadFailure
 
@@ -51,8 +53,6 @@ def store_fix(result: ApplyResult, failure: LoadFailure) -> str:
 def _tie_fix(result: ApplyResult) -> str:
     """For a missing head beside an input embedding the source holds: the tie that fills it
     (a file saved with its tied head left out, and no config.json saying so); else ""."""
-    from weightstore.stores._ties import HEAD_WEIGHT, INPUT_EMBEDDING
-
     if HEAD_WEIGHT not in {path for path, _ in result.missing}:
         return ""
     held = (*result.applied, *result.held_back, *result.unused)
