@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     # its torch storage classes and its lazy front door).
     "weightstore.sets": 4,
     "weightstore.dcp": 4,
+    "weightstore.training": 4,  # DeepSpeed ZeRO, Orbax: training checkpoints without frameworks
     # 5: snapshots and path strings.
     "weightstore.snapshot": 5,
     "weightstore.paths": 5,
