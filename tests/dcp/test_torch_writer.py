@@ -226,3 +226,26 @@ def test_an_item_that_is_no_tensor_of_its_chunk_is_refused(saved: Path, tmp_path
     _rewrite(directory, swap)
     with open_reader(directory) as reader, pytest.raises(SetError, match=r"'model\.b'.*not a"):
         reader.get("model.b")
+
+
+def test_convert_writes_the_model_only_unless_told_and_inspect_shows_the_groups(
+    saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.numpy import load_file
+
+    assert main(["inspect", str(saved / "train")]) == 0
+    shown = capsys.readouterr().out
+    assert "groups:   model 4 tensors (" in shown and "optimizer 12 tensors (" in shown
+    assert main(["inspect", str(saved / "train"), "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["training_groups"]
+    assert {g: v["tensors"] for g, v in groups.items()} == {"model": 4, "optimizer": 12}
+    model_only = tmp_path / "model.safetensors"
+    assert main(["convert", str(saved / "train"), str(model_only), "-q"]) == 0
+    said = capsys.readouterr().err
+    assert "model's tensors only, leaving out 12 tensors" in said and "--with-optimizer" in said
+    assert sorted(load_file(model_only)) == [
+        f"model.{i}.{p}" for i in (0, 2) for p in ("bias", "weight")
+    ]
+    everything = tmp_path / "all.safetensors"
+    assert main(["convert", str(saved / "train"), str(everything), "-q", "--with-optimizer"]) == 0
+    assert len(load_file(everything)) == 16

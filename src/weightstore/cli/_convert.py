@@ -171,6 +171,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="write each tensor's digest into DST's metadata (docs/integrity.md); ALG: "
         "xxh3_128 (default with the integrity extra, else sha256), blake3, sha256, blake2b",
     )
+    parser.add_argument(
+        "--with-optimizer",
+        action="store_true",
+        help="a training checkpoint (DCP): write its optimizer state and the rest too "
+        "(default: the model's tensors only)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -198,9 +204,31 @@ def run(args: argparse.Namespace) -> int:
             metadata = _carried_metadata(source_store, fmt)
             reader = _releasing_reader(source_store, args)
             read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
-            snapshots = _owned(read, adapter, args)
+            snapshots = _model_only(_owned(read, adapter, args), source_store, args)
             _warn_about_source(source_store, args)
         return _write(args, fmt, adapter, metadata, source, snapshots)
+
+
+def _model_only(
+    snapshots: list[TensorSnapshot], store: Store, args: argparse.Namespace
+) -> list[TensorSnapshot]:
+    """A training checkpoint's model tensors, the optimizer state and the rest left out (and
+    said so), unless ``--with-optimizer``; any other source's snapshots as they are."""
+    from weightstore.cli._training import training_group
+    from weightstore.dcp._reader import DcpReader
+
+    if args.with_optimizer or not isinstance(store.reader(), DcpReader):
+        return snapshots
+    kept = [s for s in snapshots if training_group(s.full_path) == "model"]
+    if kept and len(kept) < len(snapshots):
+        left = len(snapshots) - len(kept)
+        print_warning(
+            f"{args.src}: writing the model's tensors only, leaving out "
+            f"{plural(left, 'tensor')} of optimizer state and the rest; --with-optimizer "
+            "writes them too"
+        )
+        return kept
+    return snapshots
 
 
 def _warn_about_source(store: Store, args: argparse.Namespace) -> None:

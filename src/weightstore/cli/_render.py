@@ -81,6 +81,11 @@ def json_document(report: FileReport) -> dict[str, Any]:
         ]
     if report.tensor_keys:
         document["tensor_keys"] = report.tensor_keys
+    if report.training_groups:
+        document["training_groups"] = {
+            group: {"tensors": tensors, "nbytes": nbytes}
+            for group, (tensors, nbytes) in report.training_groups.items()
+        }
     return document
 
 
@@ -303,6 +308,17 @@ def _layout_lines(layout: dict[str, Any]) -> list[str]:
     return [f"layout:   {pairs}"]
 
 
+def _training_lines(groups: dict[str, tuple[int, int]]) -> list[str]:
+    """A training checkpoint's groups: what convert writes (the model) and leaves out."""
+    if not groups:
+        return []
+    parts = ", ".join(
+        f"{group} {plural(tensors, 'tensor')} ({nbytes:,} bytes)"
+        for group, (tensors, nbytes) in groups.items()
+    )
+    return [f"groups:   {parts}"]
+
+
 def render_text(report: FileReport) -> str:
     """The report as a person reads it: format, metadata, objects, a table of tensors, totals."""
     version = f" (version {printable(report.version)})" if report.version else ""
@@ -320,6 +336,7 @@ def render_text(report: FileReport) -> str:
         *_others(report),
         *_suspicious(report.scan),
         *_key_lines(report.tensor_keys),
+        *_training_lines(report.training_groups),
         "",
         *_tensor_lines(report),
         *_group_lines(report.quantized),

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from weightstore.base._record import ValueRecord
 from weightstore.cli._keys import tensor_keys
 from weightstore.cli._objects import Scan, describe_value, to_json
+from weightstore.cli._training import group_counts
 from weightstore.dtypes import DType
 from weightstore.errors import (
     DescriptorError,
@@ -164,6 +165,9 @@ class FileReport:
     # Quantized tensors stored as several (or as one no dtype describes), each listed once
     # with its parts (`weightstore.cli._report_quantized`); their parts stay in `tensors`.
     quantized: list[GroupRow] = field(default_factory=list)
+    # A training checkpoint: tensors and bytes of the model, the optimizer and the rest
+    # (`_training`), when it holds more than the model's.
+    training_groups: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def total_nbytes(self) -> int:
@@ -354,6 +358,7 @@ def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
     return FileReport(
         path=index,
         format="torch-dcp" if torch_writer else "dcp",
+        training_groups=group_counts((row.name, row.nbytes) for row in rows),
         file_size=sum(size for _, size, _ in shards),
         metadata=metadata,
         tensors=rows,
