@@ -71,3 +71,26 @@ def save(rank: int, world_size: int, root_text: str) -> None:
     if rank == 0:
         torch.save(whole, root / "train-expected.pt")
     dist.barrier()
+
+
+LARGE = (512, 256)  # float32, 512 KiB: a chunk's torch.save wrapping is under 1% of it
+
+
+def large_tensors() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(9)
+    return {
+        "rows": torch.randn(*LARGE, generator=generator),
+        "cols": torch.randn(*LARGE, generator=generator),
+    }
+
+
+def save_large(rank: int, world_size: int, root_text: str) -> None:
+    """Save ``large``: ``model.rows`` placed ``Shard(0)``, ``model.cols`` ``Shard(1)``."""
+    mesh = init_device_mesh("cpu", (world_size,))
+    full = large_tensors()
+    placed = {
+        "rows": distribute_tensor(full["rows"], mesh, [Shard(0)]),
+        "cols": distribute_tensor(full["cols"], mesh, [Shard(1)]),
+    }
+    dcp.save({"model": placed}, checkpoint_id=Path(root_text) / "large")
+    dist.barrier()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -249,3 +249,54 @@ def test_convert_writes_the_model_only_unless_told_and_inspect_shows_the_groups(
     everything = tmp_path / "all.safetensors"
     assert main(["convert", str(saved / "train"), str(everything), "-q", "--with-optimizer"]) == 0
     assert len(load_file(everything)) == 16
+
+
+class _CountingPread:
+    """A pread source that adds up the bytes each read returns, by file."""
+
+    read_bytes: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, path: str) -> None:
+        from weightstore.io._source import PreadSource
+
+        self._source, self._path = PreadSource(path), path
+
+    name = property(lambda self: self._source.name)
+    size = property(lambda self: self._source.size)
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> Any:
+        _CountingPread.read_bytes[self._path] = _CountingPread.read_bytes.get(self._path, 0) + size
+        return self._source.read(offset, size, what, tensor)
+
+    def close(self) -> None:
+        self._source.close()
+
+
+def test_a_rank_of_another_world_size_reads_only_the_chunks_of_its_slice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weightstore.dcp import _torch_reader
+    from weightstore.distributed import load
+
+    run_ranks(_stock.save_large, 4, str(tmp_path))  # saved by 4 ranks, loaded by 2
+    full = {f"model.{k}": t.numpy() for k, t in _stock.large_tensors().items()}
+    monkeypatch.setattr(_torch_reader, "MmapSource", _CountingPread)
+    for rank in range(2):
+        _CountingPread.read_bytes = {}
+        rows, cols = _stock.LARGE
+        model = {"model": {"rows": np.zeros((rows // 2, cols), np.float32),
+                           "cols": np.zeros((rows, cols // 2), np.float32)}}  # fmt: skip
+        store = PytorchStore.from_file(tmp_path / "large")
+        plan = {r"\.rows$": 0, r"\.cols$": 1}
+        assert load(store, model, plan, rank=rank, world_size=2).is_success()
+        half = slice(rank * rows // 2, (rank + 1) * rows // 2)
+        assert np.array_equal(model["model"]["rows"], full["model.rows"][half])
+        assert np.array_equal(
+            model["model"]["cols"], full["model.cols"][:, rank * cols // 2 :][:, : cols // 2]
+        )
+        share = model["model"]["rows"].nbytes + model["model"]["cols"].nbytes
+        read = sum(_CountingPread.read_bytes.values())
+        assert share <= read <= 1.1 * share, (rank, read, share)
+        assert len(_CountingPread.read_bytes) == 2  # two of the four rank files
+        print(f"rank {rank} of 2 (saved by 4): read {read:,} bytes for a share of {share:,} "
+              f"({read / share:.4f}x)")  # fmt: skip
