@@ -300,3 +300,26 @@ def test_a_rank_of_another_world_size_reads_only_the_chunks_of_its_slice(
         assert len(_CountingPread.read_bytes) == 2  # two of the four rank files
         print(f"rank {rank} of 2 (saved by 4): read {read:,} bytes for a share of {share:,} "
               f"({read / share:.4f}x)")  # fmt: skip
+
+
+def test_a_converted_set_passes_from_pretrained(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch.distributed.checkpoint as dcp
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    with pytest.warns(UserWarning):  # torch: no process group, saving in one process
+        dcp.save({k: v for k, v in model.state_dict().items()}, checkpoint_id=tmp_path / "ckpt")
+    served = tmp_path / "served"
+    args = ["convert", str(tmp_path / "ckpt"), str(served), "--max-shard-size", "40KB", "-q"]
+    assert main(args) == 0
+    assert len(list(served.glob("model-*-of-*.safetensors"))) > 1
+    config.save_pretrained(served)
+    again = transformers.LlamaForCausalLM.from_pretrained(served).eval()
+    tokens = torch.arange(10).reshape(1, 10)
+    with torch.no_grad():
+        assert torch.equal(again(tokens).logits, model(tokens).logits)

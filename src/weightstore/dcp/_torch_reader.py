@@ -109,6 +109,15 @@ class TorchDcpReader(DcpReader):
                 found[fqn] = OpaqueValue(data)
         return found
 
+    def release(self, name: str) -> None:
+        """Drop the mapped pages of tensor `name`'s items from resident memory, once they are
+        written out (`MmapSource.release`): a conversion then holds about one tensor resident
+        rather than every page it has read. Arrays already handed out stay valid."""
+        files = self._files
+        assert isinstance(files, _DistcpFiles)
+        for chunk in self._tensor(name).chunks:
+            files.release(self.torch_index.items[chunk.name])
+
     def __repr__(self) -> str:
         return f"TorchDcpReader({self.path!r}, {len(self._names)} tensors)"
 
@@ -130,6 +139,11 @@ class _DistcpFiles:
 
     def item_bytes(self, item: StoredItem, name: str) -> memoryview:
         return self.source(item.file).read(item.offset, item.length, "DCP item", name)
+
+    def release(self, item: StoredItem) -> None:
+        source = self._sources.get(item.file)
+        if isinstance(source, MmapSource):
+            source.release(item.offset, item.length)
 
     def reader(self, file: str) -> _ChunkArchives:
         return _ChunkArchives(self, file)

@@ -217,6 +217,20 @@ class MmapSource(MemorySource):
         view: np.ndarray[Any, Any] = np.ndarray(shape, dtype, whole, offset)  # `_view_at`, inline
         return view
 
+    def release(self, offset: int, size: int) -> None:
+        """Drop the mapped pages lying wholly inside ``[offset, offset + size)`` from the
+        process's resident memory (``MADV_DONTNEED``); the file's pages stay in the page cache,
+        and arrays viewing them read the file again when touched (writes made to them are
+        lost: the mapping is copy-on-write). A no-op once closed, and where the platform has
+        no `madvise`."""
+        mapping = self._map
+        if self._closed or mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        first = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE
+        last = min(offset + size, self._size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
+
     def close(self) -> None:
         """Unmap now, or, while arrays still view the mapping, when the last of them goes.
 
