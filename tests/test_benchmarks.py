@@ -204,3 +204,20 @@ def test_layout_peak_quick_run_prints_both_peaks_per_size() -> None:
         assert group > 0 and ours > 0 and peer > 0, row
         converted, peer_converted = map(float, row[8:10])
         assert converted > 0 and peer_converted > 0, row
+
+
+TRAINING_SCRIPT = SCRIPT.parent / "bench_training_convert.py"
+
+
+def test_training_convert_quick_run_prints_both_peaks_per_size() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    done = subprocess.run(
+        [sys.executable, str(TRAINING_SCRIPT), "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        size, ours, peer = map(float, row[:3])
+        assert size > 0.05 and ours > 0 and peer > 0, row
