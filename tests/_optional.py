@@ -27,6 +27,9 @@ EXTRA_OF = {
     "flax": "jax",
     "xxhash": "integrity",
     "blake3": "integrity",
+    "tensorstore": "orbax",
+    "orbax": "jax",  # flax brings orbax-checkpoint, the producer of the Orbax tests
+    "deepspeed": "dev",
 }  # the top-level package -> the extra of pyproject.toml that installs it
 
 
