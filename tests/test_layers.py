@@ -147,6 +147,8 @@ HEAVY_IMPORTS: dict[str, HeavyRule] = {
     # for an NNX module, found without importing it.
     "jax": HeavyRule(frozenset({"weightstore.bridge._jax"}), lazy_elsewhere=False),
     "flax": HeavyRule(frozenset({"weightstore.bridge._jax"}), lazy_elsewhere=False),
+    # Orbax's arrays (OCDBT, zarr) decode only through tensorstore, imported on first read.
+    "tensorstore": HeavyRule(frozenset({"weightstore.training._orbax"}), lazy_elsewhere=False),
 }
 
 
@@ -432,6 +434,15 @@ LAZY_SIBLINGS: dict[tuple[str, str], str] = {
         "URLs only: brings in fsspec",
     ),
     ("weightstore.bridge", "weightstore.bridge._numpy"): "NumPy models only",
+    **dict.fromkeys(
+        [
+            ("weightstore.training._open", "weightstore.training._nemo"),
+            ("weightstore.training._open", "weightstore.training._zero"),
+            ("weightstore.training._open", "weightstore.training._orbax"),
+        ],
+        "asked of every directory a path names: each layout's module loads only when its "
+        "names are there",
+    ),
     ("weightstore.quantized._dequantize", "weightstore.quantized._ggml_iq"): (
         "IQ types only: their grid tables decode on first use"
     ),

@@ -52,6 +52,7 @@ class Kind(str, enum.Enum):
     SET = "set"  # a sharded set: a directory or an index, its shards one format's files
     DCP = "dcp"  # a torch.distributed.checkpoint directory saved through weightstore.dcp
     TORCH_DCP = "torch-dcp"  # one torch's own FileSystemWriter saved (.metadata, *.distcp)
+    TRAINING = "training"  # a DeepSpeed ZeRO, Orbax or NeMo checkpoint (weightstore.training)
     MISSING = "missing"  # nothing there yet (a save target), or a directory holding no set
 
 
@@ -214,8 +215,8 @@ def open_located(
                 _open_set(path, fmt, variant, options, storage_options)  # raises: no set
             raise _missing(path)
         chosen = fmt if fmt is not None else location.require_format()
-        if location.kind is Kind.TORCH_DCP:
-            return _open_torch_dcp(location, chosen, options)
+        if location.kind in (Kind.TORCH_DCP, Kind.TRAINING):
+            return _open_training(location, chosen, options)
         if location.kind is Kind.DCP:
             from weightstore.dcp._reader import open_dcp
 
@@ -238,23 +239,42 @@ def open_located(
             source.close()
 
 
-def _open_torch_dcp(
+def _open_training(
     location: Location, fmt: ContainerFormat, options: dict[str, Any]
 ) -> TensorReader:
-    """A reader over torch's own DCP checkpoint, whose items are ``torch.save`` archives: a
-    store of another format is refused, naming the stores that read it."""
+    """A reader over torch's own DCP checkpoint or another training checkpoint (read-only
+    sources that `PytorchStore` stands for): a store of another format is refused, naming
+    the stores that read it."""
+    if location.kind is not Kind.TORCH_DCP:
+        what = "a training checkpoint (DeepSpeed ZeRO, Orbax or NeMo)"
+    elif location.index is None:
+        what = "a directory of torch HuggingFaceStorageWriter shards"
+    else:
+        what = "a torch.distributed.checkpoint directory of torch.save items"
     if location.format is not None and fmt is not location.format:
         raise UnsupportedFormatError(
-            f"is a torch.distributed.checkpoint directory of torch.save items, not "
-            f"{fmt.title} files; open it with PytorchStore or Store.from_file, which picks "
-            "the format",
+            f"is {what}, not {fmt.title} files; open it with "
+            f"{'SafetensorsStore' if location.format.name == 'safetensors' else 'PytorchStore'} "
+            "or Store.from_file, which picks the format",
             path=location.path,
-            found="torch-dcp",
+            found=location.kind.value,
         )
-    from weightstore.dcp._torch_reader import open_torch_dcp
-
     kept = {k: v for k, v in options.items() if k in ("mode", "max_index_size")}
-    return open_torch_dcp(location.path, **kept)
+    if location.kind is Kind.TORCH_DCP and location.index is None:
+        from weightstore.dcp._hf_sharded import open_hf_sharded
+
+        return open_hf_sharded(location.path, mode=kept.get("mode", "mmap"))
+    if location.kind is Kind.TORCH_DCP:
+        from weightstore.dcp._torch_reader import open_torch_dcp
+
+        return open_torch_dcp(location.path, **kept)
+    from weightstore.training._open import open_training, training_layout
+
+    layout = training_layout(location.path)
+    if layout is None:  # gone since it was located
+        raise _missing(location.path)
+    reader: TensorReader = open_training(location.path, layout, **kept)
+    return reader
 
 
 def _open_set(
@@ -300,6 +320,20 @@ def _locate(
 
             index = path if not is_dir else os.path.join(path, TORCH_DCP_METADATA_NAME)
             return Location(path, Kind.TORCH_DCP, PYTORCH, False, index), None
+    if is_dir:
+        from weightstore.dcp._hf_sharded import is_hf_sharded_checkpoint
+
+        if is_hf_sharded_checkpoint(path):  # torch's HuggingFaceStorageWriter, sharded
+            from weightstore.safetensors import FORMAT as SAFETENSORS
+
+            return Location(path, Kind.TORCH_DCP, SAFETENSORS, False), None
+    if is_dir or path.endswith(".nemo"):
+        from weightstore.training._open import training_layout
+
+        if training_layout(path) is not None:
+            from weightstore.pytorch_reader import FORMAT as PYTORCH
+
+            return Location(path, Kind.TRAINING, PYTORCH, False), None
     if is_dir or path.endswith(".json"):  # every index is named *.json: else no set modules
         from weightstore.dcp._names import is_dcp_checkpoint
         from weightstore.sets._discover import is_index_name

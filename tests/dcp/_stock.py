@@ -44,6 +44,16 @@ def _whole(value: Any) -> Any:
     return value
 
 
+def _placed(mesh: Any) -> dict[str, Any]:
+    """`full_tensors` as this rank holds them: ``w`` on rows, ``v`` on columns, ``b`` whole."""
+    full = full_tensors()
+    return {
+        "w": distribute_tensor(full["w"], mesh, [Shard(0)]),
+        "v": distribute_tensor(full["v"], mesh, [Shard(1)]),
+        "b": full["b"],
+    }
+
+
 def save(rank: int, world_size: int, root_text: str) -> None:
     """Save ``plain`` and ``train`` under `root_text` with torch's default writer."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -51,13 +61,7 @@ def save(rank: int, world_size: int, root_text: str) -> None:
 
     root = Path(root_text)
     mesh = init_device_mesh("cpu", (world_size,))
-    full = full_tensors()
-    placed = {
-        "w": distribute_tensor(full["w"], mesh, [Shard(0)]),
-        "v": distribute_tensor(full["v"], mesh, [Shard(1)]),
-        "b": full["b"],
-    }
-    dcp.save({"model": placed, **values()}, checkpoint_id=root / "plain")
+    dcp.save({"model": _placed(mesh), **values()}, checkpoint_id=root / "plain")
 
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 5))
@@ -93,4 +97,21 @@ def save_large(rank: int, world_size: int, root_text: str) -> None:
         "cols": distribute_tensor(full["cols"], mesh, [Shard(1)]),
     }
     dcp.save({"model": placed}, checkpoint_id=Path(root_text) / "large")
+    dist.barrier()
+
+
+def save_hf(rank: int, world_size: int, root_text: str) -> None:
+    """Save the ``plain`` tensors through torch's ``HuggingFaceStorageWriter``, sharded per
+    rank, with its own consolidation beside (the oracle)."""
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    placed = _placed(init_device_mesh("cpu", (world_size,)))
+    root = Path(root_text)
+    dcp.save(
+        placed, storage_writer=HuggingFaceStorageWriter(str(root / "hf"), save_distributed=True)
+    )
+    writer = HuggingFaceStorageWriter(
+        str(root / "hf-consolidated"), save_distributed=True, enable_consolidation=True
+    )
+    dcp.save(placed, storage_writer=writer)
     dist.barrier()

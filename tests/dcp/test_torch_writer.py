@@ -105,6 +105,9 @@ def test_inspect_and_convert_read_it(saved: Path, capsys: pytest.CaptureFixture[
     converted = load_file(out)
     full = _stock.full_tensors()
     assert all(torch.equal(converted[f"model.{k}"], t) for k, t in full.items())
+    assert main(["verify", str(saved / "plain")]) == 0
+    assert main(["diff", str(saved / "plain"), str(out)]) == 0  # equal, tensor for tensor
+    assert "result: equal (3 tensors)" in capsys.readouterr().out
 
 
 def test_reading_one_imports_no_torch(saved: Path) -> None:

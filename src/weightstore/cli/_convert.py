@@ -65,6 +65,7 @@ from weightstore.cli._modules import typed_for_command
 from weightstore.cli._open import storage_options_of
 from weightstore.cli._progress import Progress
 from weightstore.cli._text import plural, printable
+from weightstore.cli._training import training_group
 from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
 from weightstore.io import is_url
@@ -214,7 +215,6 @@ def _model_only(
 ) -> list[TensorSnapshot]:
     """A training checkpoint's model tensors, the optimizer state and the rest left out (and
     said so), unless ``--with-optimizer``; any other source's snapshots as they are."""
-    from weightstore.cli._training import training_group
     from weightstore.dcp._reader import DcpReader
 
     if args.with_optimizer or not isinstance(store.reader(), DcpReader):

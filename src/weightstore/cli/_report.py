@@ -41,7 +41,7 @@ from weightstore.errors import (
 from weightstore.formats import format_named, read_probe
 from weightstore.io import is_url
 from weightstore.io._local import DIRECTORY, MISSING, REGULAR, kind_at
-from weightstore.locate import Kind, locate, reading_format
+from weightstore.locate import Kind, Location, locate, open_located, reading_format
 
 if TYPE_CHECKING:
     from weightstore.pytorch_reader import LazyTensor, PytorchReader
@@ -312,7 +312,9 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     filename = os.fspath(path)
     location = locate(filename, options.get("storage_options"))
     if location.kind in (Kind.DCP, Kind.TORCH_DCP):
-        return _summarize_dcp(filename, torch_writer=location.kind is Kind.TORCH_DCP)
+        return _summarize_dcp(location)
+    if location.kind is Kind.TRAINING:
+        return _summarize_training(location)
     if location.kind is Kind.SET:
         return _summarize_set(filename, options)
     summarize_file: Summarizer = reading_format(location).load_summarizer()
@@ -321,16 +323,21 @@ def summarize(path: str | os.PathLike[str], **options: Any) -> FileReport:
     return summarize_file(filename, options)
 
 
-def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
-    """A `torch.distributed.checkpoint` directory (ours, or with `torch_writer` torch's own):
-    every tensor whole (put together from its chunks), its plain values as objects, and its
-    rank files as the set's shards (a rank file's tensors are its chunks); files the index
-    does not name are listed as ignored, and entries that are no file (a FIFO, a symlink
-    loop) as skipped."""
-    from weightstore.dcp._reader import DcpReader, open_dcp
-    from weightstore.dcp._torch_reader import TorchDcpReader, open_torch_dcp
+def _summarize_dcp(location: Location) -> FileReport:
+    """A `torch.distributed.checkpoint` directory (ours, torch's own, or torch's
+    HuggingFaceStorageWriter shards): every tensor whole (put together from its chunks), its
+    plain values as objects, and its rank files as the set's shards (a rank file's tensors
+    are its chunks); files the index does not name are listed as ignored, and entries that
+    are no file (a FIFO, a symlink loop) as skipped."""
+    from weightstore.dcp._reader import DcpReader
+    from weightstore.dcp._torch_reader import TorchDcpReader
 
-    opened: DcpReader = open_torch_dcp(path) if torch_writer else open_dcp(path)
+    opened = open_located(location)
+    assert isinstance(opened, DcpReader)
+    if location.kind is Kind.DCP:
+        format_name = "dcp"
+    else:
+        format_name = "torch-dcp" if location.index is not None else "torch-hf-shards"
     with opened as reader:
         index, tensors = reader.path, reader.index.tensors
         rows = [
@@ -346,7 +353,7 @@ def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
     if isinstance(opened, TorchDcpReader):  # its values lie in the rank files too
         for item in opened.torch_index.values.values():
             chunks.setdefault(item.file, 0)
-    directory = os.path.dirname(index)
+    directory = index if os.path.isdir(index) else os.path.dirname(index)
     shards = [
         (name, os.path.getsize(os.path.join(directory, name)), count)
         for name, count in sorted(chunks.items())
@@ -357,7 +364,7 @@ def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
     skipped = [(n, k) for n, k in kinds.items() if k not in (REGULAR, DIRECTORY, MISSING)]
     return FileReport(
         path=index,
-        format="torch-dcp" if torch_writer else "dcp",
+        format=format_name,
         training_groups=group_counts((row.name, row.nbytes) for row in rows),
         file_size=sum(size for _, size, _ in shards),
         metadata=metadata,
@@ -365,6 +372,42 @@ def _summarize_dcp(path: str, *, torch_writer: bool = False) -> FileReport:
         others={key: describe_value(value) for key, value in values.items()},
         other_values={key: to_json(value) for key, value in values.items()},
         set=SetSummary(index, shards, files, {}, {}, skipped),
+    )
+
+
+def _summarize_training(location: Location) -> FileReport:
+    """A DeepSpeed ZeRO, Orbax or NeMo checkpoint: its tensors as its reader gives them
+    (reconstructed, consolidated), its values as objects, its metadata; the size is the
+    bytes of the files below it."""
+    from weightstore.training._open import training_layout
+
+    path = location.path
+    with open_located(location) as reader:
+        rows = [
+            TensorRow(name, dtype, shape, dtype.nbytes(shape))
+            for name, dtype, shape, _ in reader.tensor_infos()
+        ]
+        values_of = getattr(reader, "values", None)
+        values = values_of() if callable(values_of) else {}
+        metadata: dict[str, Any] = dict(reader.metadata())
+    if os.path.isdir(path):
+        size = sum(
+            os.path.getsize(os.path.join(folder, name))
+            for folder, _, names in os.walk(path)
+            for name in names
+            if kind_at(os.path.join(folder, name)) == REGULAR
+        )
+    else:
+        size = os.path.getsize(path)
+    return FileReport(
+        path=path,
+        format=training_layout(path) or "training",
+        file_size=size,
+        metadata=metadata,
+        tensors=rows,
+        others={key: describe_value(value) for key, value in values.items()},
+        other_values={key: to_json(value) for key, value in values.items()},
+        training_groups=group_counts((row.name, row.nbytes) for row in rows),
     )
 
 

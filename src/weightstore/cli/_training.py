@@ -17,6 +17,7 @@ torchtitan: ``optimizer``)."""
 _OTHER_PREFIXES: Final = ("lr_scheduler.", "lr_schedulers.", "scheduler.", "dataloader.",
                           "train_state.", "rng_state.")  # fmt: skip
 TRAINING_GROUPS: Final = ("model", "optimizer", "other")
+"""The groups `inspect` shows, in its order."""
 
 
 def training_group(name: str) -> str:

@@ -85,6 +85,26 @@ def open_archive(
     return loaded
 
 
+def open_archive_in(source: ByteSource, limits: Limits) -> Loaded:
+    """`open_archive` for a checkpoint held inside another file (a ``.nemo`` tar's member),
+    read through `source`, which the caller closes: the zip layout only, whose directory says
+    where every record lies.
+
+    Raises:
+        UnsupportedFormatError: not a zip checkpoint.
+        FormatError: as `open_archive`.
+    """
+    head = bytes(source.read(0, min(source.size, _HEAD_SIZE), "file head"))
+    refuse_not_weights(head, source.size, source.name, text=False, instead_of=_CHECKPOINT)
+    if head[:4] != ZIP_MAGIC:
+        raise UnsupportedFormatError(
+            "is not a zip checkpoint (torch >= 1.6 writes one), which is read in place inside "
+            "an archive; extract the archive and open the file",
+            path=source.name,
+        )
+    return load_zip(source, limits, source)
+
+
 def _open_remote(url: str, limits: Limits, storage_options: Mapping[str, Any] | None) -> Loaded:
     """`open_archive` for a URL: a zip read by ranges; every other layout refused, since its
     pickles are parsed over the whole file (they would have to be downloaded)."""

@@ -25,8 +25,8 @@ from weightstore.errors import (
     QuantizedTensorError,
     TensorNotFoundError,
 )
-from weightstore.io._source import ReadMode
-from weightstore.pytorch_reader._archive import open_archive
+from weightstore.io._source import ByteSource, ReadMode
+from weightstore.pytorch_reader._archive import open_archive, open_archive_in
 from weightstore.pytorch_reader._layout import (
     MAX_CODE_SIZE,
     MAX_CONTAINER_SIZE,
@@ -134,6 +134,9 @@ class PytorchReader:
         refuse_code: refuse a file whose pickle names globals that would run code under
             ``torch.load`` (`scan`; the stores set it unless objects are allowed). Off, such
             a file reads as inert data, as it always does.
+        source: the checkpoint's bytes when it lies inside another file (a ``.nemo`` tar's
+            member): read through it, `path` naming it in messages, the zip layout only; the
+            caller closes it after the reader.
 
     Raises:
         UnsupportedFormatError: not a PyTorch checkpoint (torch.package, a compressed file,
@@ -172,6 +175,7 @@ class PytorchReader:
         mode: ReadMode = "mmap",
         storage_options: Mapping[str, Any] | None = None,
         refuse_code: bool = False,
+        source: ByteSource | None = None,
     ) -> None:
         self._limits = Limits(
             max_pickle_size=max_pickle_size,
@@ -190,7 +194,10 @@ class PytorchReader:
         self.top_level_key = top_level_key
         self._scan: Scan | None = None
         with collector_paused():
-            self._loaded = open_archive(self.path, self._limits, mode, storage_options)
+            if source is None:
+                self._loaded = open_archive(self.path, self._limits, mode, storage_options)
+            else:
+                self._loaded = open_archive_in(source, self._limits)
             try:
                 self._object = self._select(top_level_key)
                 if refuse_code:
@@ -221,9 +228,10 @@ class PytorchReader:
             top_level_key, mode, storage_options, refuse_code: as for the class.
             limits: ``max_pickle_size`` and the other resource limits of the class.
         """
+        limit_options: dict[str, Any] = dict(limits)  # ints, though `source` takes a source
         return cls(
             path, top_level_key, mode=mode, storage_options=storage_options,
-            refuse_code=refuse_code, **limits,
+            refuse_code=refuse_code, **limit_options,
         )  # fmt: skip
 
     # -- tensors ---------------------------------------------------------------------------------

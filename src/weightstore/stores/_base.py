@@ -736,6 +736,8 @@ class Store:
         if not is_set_source(filename):
             return None
         whole = self._open()
+        if not callable(getattr(whole, "restricted", None)):  # a training checkpoint's reader
+            return None
         restriction = restricted_for_load(whole, self._options, filename)
         dequantize = self._options.dequantize
         if restriction is None:
