@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,18 @@ def test_training_convert_quick_run_prints_both_peaks_per_size() -> None:
     for row in rows:
         size, ours, peer = map(float, row[:3])
         assert size > 0.05 and ours > 0 and peer > 0, row
+
+
+ZERO_SCRIPT = SCRIPT.parent / "bench_zero_convert.py"
+
+
+def test_zero_convert_quick_run_compares_both_outputs(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    done = subprocess.run(
+        [sys.executable, str(ZERO_SCRIPT), "--quick"],
+        capture_output=True, text=True, timeout=900, check=True, env=env,
+    )  # fmt: skip
+    assert "4 tensors equal" in done.stdout, done.stdout
+    ours, peer, ratio = map(float, done.stdout.splitlines()[-1].split())
+    assert ours > 0 and peer > 0 and ratio > 0

@@ -252,6 +252,18 @@ class ZeroReader:
         ``skipped_steps``, ``dp_world_size``, ``ds_version``, ...)."""
         return dict(self.layout.values)
 
+    def release(self, name: str) -> None:
+        """Done with tensor `name`: the mapped pages of the storages it was read from leave
+        this process's resident memory (`PytorchReader.release`), so a conversion holds about
+        one tensor resident, not every page of every flat partition it has read. Arrays
+        already handed out stay valid and read the file again when touched."""
+        entry = self._entry(name)
+        if isinstance(entry, Stored):
+            self._readers[entry.file].release(entry.tensor)
+            return
+        for piece in entry.pieces:
+            self._readers[piece.file].release(piece.tensor)
+
     def close(self) -> None:
         """Close every rank file; arrays already handed out stay valid."""
         readers, self._readers = self._readers, {}
