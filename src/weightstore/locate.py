@@ -253,9 +253,8 @@ def _open_training(
         what = "a torch.distributed.checkpoint directory of torch.save items"
     if location.format is not None and fmt is not location.format:
         raise UnsupportedFormatError(
-            f"is {what}, not {fmt.title} files; open it with "
-            f"{'SafetensorsStore' if location.format.name == 'safetensors' else 'PytorchStore'} "
-            "or Store.from_file, which picks the format",
+            f"is {what}, not {fmt.title} files; open it with the {location.format.title} "
+            "store, or Store.from_file, which picks the format",
             path=location.path,
             found=location.kind.value,
         )

@@ -23,6 +23,7 @@ from tests.dcp import _stock
 from weightstore import PytorchStore, SafetensorsStore, Store, load_from, open_reader
 from weightstore.cli import main
 from weightstore.dcp._torch_reader import TorchDcpReader
+from weightstore.distributed import chunk_bounds
 from weightstore.errors import CodeObjectError, SetError, UnsupportedFormatError
 from weightstore.locate import Kind, locate
 
@@ -123,7 +124,7 @@ def test_reading_one_imports_no_torch(saved: Path) -> None:
 
 def test_a_store_of_another_format_is_told_what_it_is(saved: Path) -> None:
     with pytest.raises(
-        UnsupportedFormatError, match=r"torch\.distributed\.checkpoint.*PytorchStore"
+        UnsupportedFormatError, match=r"torch\.distributed\.checkpoint.*PyTorch store"
     ):
         SafetensorsStore.from_file(saved / "plain").keys()
 
@@ -281,28 +282,28 @@ def test_a_rank_of_another_world_size_reads_only_the_chunks_of_its_slice(
     from weightstore.dcp import _torch_reader
     from weightstore.distributed import load
 
-    run_ranks(_stock.save_large, 4, str(tmp_path))  # saved by 4 ranks, loaded by 2
+    run_ranks(_stock.save_large, 4, str(tmp_path))  # saved by 4 ranks
     full = {f"model.{k}": t.numpy() for k, t in _stock.large_tensors().items()}
     monkeypatch.setattr(_torch_reader, "MmapSource", _CountingPread)
-    for rank in range(2):
-        _CountingPread.read_bytes = {}
-        rows, cols = _stock.LARGE
-        model = {"model": {"rows": np.zeros((rows // 2, cols), np.float32),
-                           "cols": np.zeros((rows, cols // 2), np.float32)}}  # fmt: skip
-        store = PytorchStore.from_file(tmp_path / "large")
-        plan = {r"\.rows$": 0, r"\.cols$": 1}
-        assert load(store, model, plan, rank=rank, world_size=2).is_success()
-        half = slice(rank * rows // 2, (rank + 1) * rows // 2)
-        assert np.array_equal(model["model"]["rows"], full["model.rows"][half])
-        assert np.array_equal(
-            model["model"]["cols"], full["model.cols"][:, rank * cols // 2 :][:, : cols // 2]
-        )
-        share = model["model"]["rows"].nbytes + model["model"]["cols"].nbytes
-        read = sum(_CountingPread.read_bytes.values())
-        assert share <= read <= 1.1 * share, (rank, read, share)
-        assert len(_CountingPread.read_bytes) == 2  # two of the four rank files
-        print(f"rank {rank} of 2 (saved by 4): read {read:,} bytes for a share of {share:,} "
-              f"({read / share:.4f}x)")  # fmt: skip
+    rows, cols = _stock.LARGE
+    for world_size in (2, 3):  # 3: each rank's slice cuts chunks (171 of 128-row chunks)
+        for rank in range(world_size):
+            _CountingPread.read_bytes = {}
+            mine = [chunk_bounds(size, rank, world_size) for size in (rows, cols)]
+            model = {"model": {
+                "rows": np.zeros((mine[0][1] - mine[0][0], cols), np.float32),
+                "cols": np.zeros((rows, mine[1][1] - mine[1][0]), np.float32),
+            }}  # fmt: skip
+            store = PytorchStore.from_file(tmp_path / "large")
+            plan = {r"\.rows$": 0, r"\.cols$": 1}
+            assert load(store, model, plan, rank=rank, world_size=world_size).is_success()
+            assert np.array_equal(model["model"]["rows"], full["model.rows"][slice(*mine[0])])
+            assert np.array_equal(model["model"]["cols"], full["model.cols"][:, slice(*mine[1])])
+            share = model["model"]["rows"].nbytes + model["model"]["cols"].nbytes
+            read = sum(_CountingPread.read_bytes.values())
+            assert share <= read <= 1.1 * share, (world_size, rank, read, share)
+            print(f"rank {rank} of {world_size} (saved by 4): read {read:,} bytes for a share "
+                  f"of {share:,} ({read / share:.4f}x)")  # fmt: skip
 
 
 def test_a_converted_set_passes_from_pretrained(tmp_path: Path) -> None:

@@ -12,9 +12,14 @@ the plain ones and keeps the rest (RNG states, schedulers) as `OpaqueValue` byte
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
 
+from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_int, bounded_repr
 from weightstore.dcp._index import DcpIndex
 from weightstore.dcp._names import TORCH_DCP_METADATA_NAME
@@ -27,12 +32,21 @@ from weightstore.dcp._torch_metadata import (
 )
 from weightstore.dcp._values import OpaqueValue, decode_saved_value
 from weightstore.errors import SetError
-from weightstore.io._source import ByteSource, MemorySource, MmapSource, PreadSource, ReadMode
+from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode, WindowSource
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from weightstore.pytorch_reader._tensors import LazyTensor
+else:
+    np = import_on_first_use("numpy", globals(), "np")
+
 __all__ = ["TorchDcpReader", "open_torch_dcp"]
+
+_RECORD_CHUNK_SIZE: Final = 4096
+"""Bytes a chunk's archive is read by while its directory and pickle are found: a one-tensor
+``torch.save`` archive's records take about 1 KB, so a rank reading part of a chunk reads
+little more than that part."""
 
 
 def open_torch_dcp(
@@ -167,6 +181,20 @@ class _ChunkArchives:
             SetError: the item holds no single tensor, or one of another dtype or shape.
             FormatError: the archive's own bytes are damaged (the zip layout says how).
         """
+        with self._opened(name) as (root, _):
+            array: np.ndarray[Any, Any] = root.to_numpy()
+            return array
+
+    def get_slice(self, name: str) -> _ChunkRows:
+        """The chunk, to index: a box of unit-step ranges of a contiguous chunk reads only its
+        bytes (a rank of another world size reads its part of each chunk it crosses); any
+        other selection reads the chunk."""
+        return _ChunkRows(self, name)
+
+    @contextlib.contextmanager
+    def _opened(self, name: str) -> Iterator[tuple[LazyTensor, ByteSource]]:
+        """The chunk's archive opened in place (a window of the rank file: its directory and
+        pickle read, no storage), its one tensor checked; and the window."""
         from weightstore.pytorch_reader._layout import DEFAULT_LIMITS
         from weightstore.pytorch_reader._tensors import LazyTensor
         from weightstore.pytorch_reader._zip import load_zip
@@ -176,8 +204,8 @@ class _ChunkArchives:
         fqn, _, number = name.rpartition("#")
         chunk = files.index.tensors[fqn].chunks[int(number)]
         where = f"{files.paths[self._file]} (item at byte {item.offset:,})"
-        window = MemorySource(files.item_bytes(item, fqn), name=where)
-        loaded = load_zip(window, DEFAULT_LIMITS, window)
+        window = WindowSource(files.source(item.file), item.offset, item.length, where)
+        loaded = load_zip(window, DEFAULT_LIMITS, window, chunk_size=_RECORD_CHUNK_SIZE)
         try:
             root = loaded.root
             dtype = files.index.tensors[fqn].dtype
@@ -190,16 +218,76 @@ class _ChunkArchives:
                     f"says {dtype.name} {list(chunk.sizes)} at {list(chunk.offsets)}",
                     fqn,
                 )
-            array: np.ndarray[Any, Any] = root.with_name(fqn).to_numpy()
-            return array
+            yield root.with_name(fqn), window
         finally:
             loaded.close()
 
-    def get_slice(self, name: str) -> np.ndarray[Any, Any]:
-        """The chunk, to index: an archive's storage is read whole, so a slice of a chunk
-        costs the chunk (a rank reads only the chunks its slice crosses)."""
-        return self.get(name)
+    def region(self, name: str, box: list[tuple[int, int]]) -> np.ndarray[Any, Any] | None:
+        """The box ``[start, stop)`` per dim of the chunk, reading only its bytes: one run per
+        index of the dims before the last one the box cuts (a row range is one run, a column
+        range one run per row); None when the chunk is not a contiguous tensor over one stored
+        storage (then it is read whole)."""
+        with self._opened(name) as (root, window):
+            storage = root.storage
+            spans = getattr(storage.source, "stored_span", None) if storage else None
+            span = spans(storage.key) if storage is not None and callable(spans) else None
+            if span is None or storage is None or storage.view is not None or root.conj:
+                return None
+            if root.neg or root.stride != _row_major(root.shape):
+                return None
+            shape, dtype = root.shape, root.numpy_dtype
+            if root.storage_offset * dtype.itemsize + dtype.itemsize * math.prod(shape) > span[1]:
+                return None  # the storage is short: the whole read says how
+            cut = max((d for d, (a, b) in enumerate(box) if (a, b) != (0, shape[d])), default=0)
+            inner = math.prod(shape[cut + 1 :])  # elements of the dims after the cut: whole
+            strides = _row_major(shape)
+            result = np.empty([b - a for a, b in box], dtype)
+            flat = result.reshape(-1, (box[cut][1] - box[cut][0]) * inner) if result.size else None
+            if flat is None:
+                return result
+            for number, index in enumerate(itertools.product(*(range(a, b) for a, b in box[:cut]))):
+                first = root.storage_offset + sum(
+                    i * s for i, s in zip(index, strides, strict=False)
+                )
+                first += box[cut][0] * strides[cut]
+                run = flat.shape[1] * dtype.itemsize
+                data = window.read(span[0] + first * dtype.itemsize, run, "chunk part", root.name)
+                flat[number] = np.frombuffer(data, dtype)
+            return result
 
     def _fail(self, detail: str, fqn: str) -> SetError:
         detail = f"{detail} (in {self._file})"
         return SetError(detail, path=self._files.index.path, tensor=fqn, shard=self._file)
+
+
+class _ChunkRows:
+    """One chunk to index: a box of unit-step ranges is read as its bytes only (`region`)."""
+
+    def __init__(self, archives: _ChunkArchives, name: str) -> None:
+        fqn, _, number = name.rpartition("#")
+        self._archives, self._name = archives, name
+        self._sizes = archives._files.index.tensors[fqn].chunks[int(number)].sizes
+
+    def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
+        parts = key if isinstance(key, tuple) else (key,)
+        sizes = self._sizes
+        boxed = len(parts) <= len(sizes) and all(
+            isinstance(p, slice) and p.step in (None, 1) for p in parts
+        )
+        if sizes and boxed:
+            box = [p.indices(size)[:2] for p, size in zip(parts, sizes, strict=False)]
+            box += [(0, size) for size in sizes[len(parts) :]]
+            box = [(a, max(a, b)) for a, b in box]
+            region = self._archives.region(self._name, box)
+            if region is not None:
+                return region
+        whole: np.ndarray[Any, Any] = self._archives.get(self._name)[key]
+        return whole
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))

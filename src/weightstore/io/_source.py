@@ -69,6 +69,7 @@ __all__ = [
     "PreadSource",
     "ReadMode",
     "SourceFile",
+    "WindowSource",
     "open_readable",
     "read_runs",
 ]
@@ -264,6 +265,31 @@ class MmapSource(MemorySource):
         if offset + size > file_size:
             found = max(0, file_size - offset)
             raise TruncatedError(what, size, found, path=self._path, tensor=tensor)
+
+
+class WindowSource(ByteSource):
+    """`size` bytes of another source from `offset`, read in place: a file held inside another
+    (an item of a DCP rank file, a tar member). Reads go to the other source as asked, so a
+    pread source still reads only what is asked; closing it leaves the other source open."""
+
+    def __init__(self, base: ByteSource, offset: int, size: int, name: str | None) -> None:
+        _check_range(base, offset, size, "the window", None)
+        self._base, self._offset, self._size, self._name = base, offset, size, name
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        _check_range(self, offset, size, what, tensor)
+        return self._base.read(self._offset + offset, size, what, tensor)
+
+    def close(self) -> None:
+        """Nothing to release: the other source's owner closes it."""
 
 
 def _map_copy_on_write(fd: int) -> tuple[mmap.mmap, int | None]:

@@ -97,17 +97,24 @@ _ZIP_ERRORS = (
 )
 
 
-def load_zip(source: ByteSource, limits: Limits, storage_source: ByteSource) -> Loaded:
+def load_zip(
+    source: ByteSource,
+    limits: Limits,
+    storage_source: ByteSource,
+    *,
+    chunk_size: int = _ARCHIVE_CHUNK_SIZE,
+) -> Loaded:
     """Open the zip layout: records and ``data.pkl`` read, storages located, none read (they
     are read from `storage_source`, see `ZipStorages`). A mapped file is opened by zipfile
-    by its path; any other source (a URL's) through a `SourceFile`, whose chunks make the
-    directory at the end and the small records beside it one read each."""
+    by its path; any other source (a URL's) through a `SourceFile`, whose chunks of
+    `chunk_size` make the directory at the end and the small records beside it one read
+    each (an archive inside a local file takes small chunks: a read costs no request)."""
     records_source: ByteSource = source
     try:
         if isinstance(source, MmapSource):
             archive = zipfile.ZipFile(source.name)
         else:
-            chunked = SourceFile(source, _ARCHIVE_CHUNK_SIZE)
+            chunked = SourceFile(source, chunk_size)
             archive = zipfile.ZipFile(chunked)
             records_source = _ChunkedSource(source, chunked)
     except _ZIP_ERRORS as err:
@@ -358,6 +365,17 @@ class ZipStorages(StorageSource):
             if self._caching:
                 self._cache[key] = data
         return data
+
+    def stored_span(self, key: str) -> tuple[int, int] | None:
+        """Where storage `key`'s bytes lie in the archive's own source, as ``(offset, size)``,
+        when the entry is stored uncompressed (as ``torch.save`` writes every storage), so a
+        caller may read part of it; None for a compressed or missing entry."""
+        info = self._entries.get(key)
+        if info is None or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            return None
+        if info.compress_size != info.file_size:
+            return None
+        return self._payload_offset(info), info.file_size
 
     def release(self, key: str) -> None:
         """Drop the mapped pages that lie wholly inside stored entry `key` from the process's

@@ -48,16 +48,19 @@ def training_layout(path: str) -> TrainingLayout | None:
 
 
 def _has_orbax_item(path: str) -> bool:
-    """A step folder of Orbax's ``CheckpointManager``: its items are folders of their own."""
+    """A step folder of Orbax's ``CheckpointManager``: its items are folders of their own. An
+    entry that cannot be looked at (a symlink loop, a name the file system refuses) is none."""
     try:
-        entries = os.scandir(path)
-    except OSError:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir() and os.path.isfile(os.path.join(entry.path, "_METADATA")):
+                        return True
+                except (OSError, ValueError):
+                    continue
+    except (OSError, ValueError):
         return False
-    with entries:
-        return any(
-            entry.is_dir() and os.path.exists(os.path.join(entry.path, "_METADATA"))
-            for entry in entries
-        )
+    return False
 
 
 def open_training(path: str, layout: TrainingLayout, **options: Any) -> Any:
