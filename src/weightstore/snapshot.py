@@ -203,11 +203,15 @@ class TensorSnapshot(ValueRecord):
         return self.dtype.nbytes(self.shape)
 
     def with_name(self, name: str) -> TensorSnapshot:
-        """The same tensor under another dotted name."""
+        """The same tensor under another dotted name; itself when that is its name already
+        (a store without remapping renames every tensor to its own name)."""
         # Not `replace`: renaming runs once per tensor on every remapped load.
+        path = tuple(name.split("."))
+        if path == self.path:
+            return self
         return type(self)(
-            tuple(name.split(".")), self.dtype, self.shape, self.load, self.container,
-            self.param_id, self.stored, self.group,
+            path, self.dtype, self.shape, self.load, self.container, self.param_id,
+            self.stored, self.group,
         )  # fmt: skip
 
     def to_numpy(self) -> np.ndarray[Any, Any]:

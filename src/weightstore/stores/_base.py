@@ -33,7 +33,7 @@ from weightstore.stores._groups import (
 from weightstore.stores._load import apply_snapshots, plan_load, verify_before_load
 from weightstore.stores._options import StoreOptions, typed_metadata_value
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
-from weightstore.stores._sets import may_be_grouped, read_set_report, restricted_for_load
+from weightstore.stores._sets import read_set_report, restricted_load_snapshots
 from weightstore.stores._source import (
     READER_OPTIONS,
     STORE_NAMES,
@@ -45,6 +45,7 @@ from weightstore.stores._source import (
     located,
     open_store_reader,
 )
+from weightstore.stores._ties import checked_ties
 
 if TYPE_CHECKING:
     # At run time each of these is imported by the one method that needs it (a load, a save,
@@ -362,9 +363,9 @@ class Store:
         return self._with(auto_extension=enabled)
 
     def dedupe_tied(self: StoreT, enabled: bool = True) -> StoreT:
-        """Save a tensor tied under several names once, under its first name (the default
-        for SafeTensors, as huggingface_hub saves; ``dedupe_tied(False)`` writes every name).
-        A load fills the names left out again (`with_tied_weights`)."""
+        """Save a tensor tied under several names once, under its first name in the model's
+        order (the default for SafeTensors, as transformers' ``save_pretrained`` saves;
+        ``dedupe_tied(False)`` writes every name). Loads fill them again (`with_tied_weights`)."""
         return self._with(dedupe_tied=enabled)
 
     def with_tied_weights(self: StoreT, ties: Mapping[str, str]) -> StoreT:
@@ -373,17 +374,14 @@ class Store:
         lacks it: a checkpoint saved with its tied head left out, loaded into a model whose
         head is a tensor of its own. The report lists each in ``tied``.
 
-        By default the ties come from a ``config.json`` beside a local file or set: with
-        ``tie_word_embeddings`` (transformers' default: true), a missing ``lm_head.weight``
-        is filled from the one input embedding the source holds (``embed_tokens``, ``wte``,
-        ``word_embeddings``...). ``with_tied_weights({})`` turns that off.
+        By default a ``config.json`` beside a local file or set that says
+        ``tie_word_embeddings`` fills a missing ``lm_head.weight`` from the input embedding
+        (`_ties.ties_for_load`); ``with_tied_weights({})`` turns that off.
 
         Raises:
             InvalidOptionError: a name that is no str.
         """
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in ties.items()):
-            raise InvalidOptionError("tied weights map model tensor names to source names (str)")
-        return self._with(tied_weights=dict(ties))
+        return self._with(tied_weights=checked_ties(ties))
 
     def with_max_shard_size(self: StoreT, size: int | str) -> StoreT:
         """Save a sharded set into the store's path, a directory (created if missing), with at
@@ -608,7 +606,7 @@ class Store:
         by_old = dict(zip(olds, snapshots, strict=True))
         if any(s.group is not None for s in snapshots):  # a group's parts move together
             names = carry_group_renames(names, by_old, self._path)
-        return {new: _renamed(by_old[old], new) for new, old in names.items()}
+        return {new: by_old[old].with_name(new) for new, old in names.items()}
 
     def get_all_snapshots(self) -> dict[str, TensorSnapshot]:
         """Every tensor in the source by name, remapped and (when enabled) with list indices
@@ -735,23 +733,11 @@ class Store:
         filename = self._file_path(for_write=False)
         if not is_set_source(filename):
             return None
-        whole = self._open()
-        if not callable(getattr(whole, "restricted", None)):  # a training checkpoint's reader
+        found = restricted_load_snapshots(self._open(), self._options, filename, self._remapped)
+        if isinstance(found, list):  # the whole set loads
+            self._fill_cache(found)
             return None
-        restriction = restricted_for_load(whole, self._options, filename)
-        dequantize = self._options.dequantize
-        if restriction is None:
-            self._fill_cache(source_snapshots(whole, filename, dequantize))
-            return None
-        reader, dropped = restriction
-        with collector_paused():
-            read = source_snapshots(reader, filename, dequantize)
-            if may_be_grouped(read):  # a group's parts the filter left out: judge them all
-                self._fill_cache(source_snapshots(whole, filename, dequantize))
-                return None
-            snapshots = list(self._remapped_by_name(read).values())
-        verify_before_load(reader)
-        return snapshots, dropped
+        return found
 
     def _apply_snapshots(
         self,
@@ -793,14 +779,6 @@ class Store:
     def __repr__(self) -> str:
         source = self._path if self._path is not None else "<memory>"
         return f"{type(self).__name__}({source!r})"
-
-
-def _renamed(snapshot: TensorSnapshot, name: str) -> TensorSnapshot:
-    """`snapshot` under `name`; itself when that changes nothing, as for every tensor of a
-    store without remapping (`with_name` copies a dataclass: a tenth of a meta load's time)."""
-    if snapshot.path == tuple(name.split(".")):
-        return snapshot
-    return snapshot.with_name(name)
 
 
 def _deprecated(old: str, new: str) -> None:

@@ -14,9 +14,10 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Final
 
+from weightstore.errors import InvalidOptionError
 from weightstore.io import is_url
 
-__all__ = ["HEAD_WEIGHT", "INPUT_EMBEDDING", "ties_for_load"]
+__all__ = ["HEAD_WEIGHT", "INPUT_EMBEDDING", "checked_ties", "ties_for_load"]
 
 HEAD_WEIGHT: Final = "lm_head.weight"
 """The head transformers ties to the input embedding, at the top of its models."""
@@ -26,6 +27,17 @@ INPUT_EMBEDDING: Final = re.compile(
 """Names (matched whole) of input embeddings: Llama's and BART's ``embed_tokens``, GPT-2's
 ``wte``, BERT's ``word_embeddings``, GPT-NeoX's ``embed_in``, Llama's original
 ``tok_embeddings``, T5's and BART's ``shared``; positional embeddings are left out."""
+
+
+def checked_ties(ties: Mapping[str, str]) -> dict[str, str]:
+    """`ties` as a dict, each side a name.
+
+    Raises:
+        InvalidOptionError: a name that is no str.
+    """
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in ties.items()):
+        raise InvalidOptionError("tied weights map model tensor names to source names (str)")
+    return dict(ties)
 
 
 def ties_for_load(

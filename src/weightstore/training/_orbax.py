@@ -21,13 +21,14 @@ import copy
 import math
 import os
 import sys
-from collections.abc import Iterator
-from types import ModuleType, TracebackType
+from collections.abc import Collection
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
 from weightstore.container._reader import validate_shape
+from weightstore.container._shell import ReaderShell
 from weightstore.dtypes import DType, from_numpy
 from weightstore.errors import (
     DTypeError,
@@ -125,7 +126,7 @@ def _memory_bytes() -> int:
     return bound if soft == resource.RLIM_INFINITY else min(bound, soft)
 
 
-class OrbaxReader:
+class OrbaxReader(ReaderShell):
     """An open Orbax checkpoint: the `TensorReader` protocol over its arrays.
 
     Open one with `open_orbax`. Attributes:
@@ -222,25 +223,8 @@ class OrbaxReader:
         self._stores.clear()
         self._chunk_bytes.clear()
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.index.arrays
-
-    def __len__(self) -> int:
-        return len(self.index.arrays)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __enter__(self) -> OrbaxReader:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _tensor_names(self) -> Collection[str]:
+        return self.index.arrays
 
     def __repr__(self) -> str:
         return f"OrbaxReader({self.path!r}, {len(self.index.arrays)} arrays)"

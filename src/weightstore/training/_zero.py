@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from types import TracebackType
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import ValueRecord
 from weightstore.base._render import bounded_repr
+from weightstore.container._shell import ReaderShell
 from weightstore.dtypes import DType
 from weightstore.errors import InvalidOptionError, SetError, SliceError, TensorNotFoundError
 from weightstore.io._source import ReadMode
@@ -172,7 +172,7 @@ class ZeroTensorInfo(ValueRecord):
     param_id: None = None
 
 
-class ZeroReader:
+class ZeroReader(ReaderShell):
     """An open ZeRO checkpoint: the reader protocol over its whole tensors. Open one with
     `open_zero`.
 
@@ -270,25 +270,8 @@ class ZeroReader:
         for reader in readers.values():
             reader.close()
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.layout.entries
-
-    def __len__(self) -> int:
-        return len(self.layout.entries)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __enter__(self) -> ZeroReader:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _tensor_names(self) -> Collection[str]:
+        return self.layout.entries
 
     def __repr__(self) -> str:
         layout = self.layout
