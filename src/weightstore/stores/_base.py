@@ -30,10 +30,15 @@ from weightstore.stores._groups import (
     source_snapshots,
     source_view,
 )
-from weightstore.stores._load import apply_snapshots, plan_load, verify_before_load
+from weightstore.stores._load import (
+    apply_snapshots,
+    plan_load,
+    restricted_load_snapshots,
+    verify_before_load,
+)
 from weightstore.stores._options import StoreOptions, typed_metadata_value
 from weightstore.stores._save import default_metadata, marked_defaults, write_snapshots
-from weightstore.stores._sets import read_set_report, restricted_load_snapshots
+from weightstore.stores._sets import read_set_report
 from weightstore.stores._source import (
     READER_OPTIONS,
     STORE_NAMES,

@@ -15,9 +15,11 @@ from weightstore.base._gc import collector_paused
 from weightstore.container._format import ContainerFormat
 from weightstore.errors import InvalidOptionError, LoadFailedError, WeightstoreError
 from weightstore.io import is_url
+from weightstore.stores._groups import source_snapshots
 from weightstore.stores._load_failure import store_fix
 from weightstore.stores._options import StoreOptions
 from weightstore.stores._remote_plan import plan_reads_for_load
+from weightstore.stores._sets import may_be_grouped, restricted_for_load
 from weightstore.stores._ties import ties_for_load
 
 if TYPE_CHECKING:
@@ -26,7 +28,13 @@ if TYPE_CHECKING:
     from weightstore.snapshot import TensorSnapshot
     from weightstore.transfer._apply import IndexMapper
 
-__all__ = ["apply_snapshots", "checked_top_level_key", "plan_load", "verify_before_load"]
+__all__ = [
+    "apply_snapshots",
+    "checked_top_level_key",
+    "plan_load",
+    "restricted_load_snapshots",
+    "verify_before_load",
+]
 
 
 def verify_before_load(reader: Any) -> None:
@@ -170,3 +178,27 @@ def _dequantize_fix(result: ApplyResult, grouped: Sequence[TensorSnapshot]) -> s
         f"the source holds quantized tensors ({layouts}) as codes and scales: load with "
         ".with_dequantize('bf16') (or 'f16', 'f32') to decode each into the model"
     )
+
+
+def restricted_load_snapshots(
+    whole: Any,
+    options: StoreOptions,
+    filename: str,
+    remapped: Callable[[list[TensorSnapshot]], list[TensorSnapshot]],
+) -> tuple[list[TensorSnapshot], list[str]] | list[TensorSnapshot]:
+    """A load from the set `whole` reads, restricted to the tensors the filter keeps: their
+    snapshots (`remapped`, checked against their digests) and the names left out; or, when
+    the load needs the whole set (a filter that keeps all, a quantized group the filter would
+    split), the whole reader's own snapshots, for the store to cache."""
+    dequantize = options.dequantize
+    restriction = restricted_for_load(whole, options, filename)
+    if restriction is None:
+        return source_snapshots(whole, filename, dequantize)
+    reader, dropped = restriction
+    with collector_paused():
+        read = source_snapshots(reader, filename, dequantize)
+        if may_be_grouped(read):  # a group's parts the filter left out: judge them all
+            return source_snapshots(whole, filename, dequantize)
+        snapshots = remapped(read)
+    verify_before_load(reader)
+    return snapshots, dropped

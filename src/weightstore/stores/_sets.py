@@ -10,12 +10,8 @@ that asks about module types (a predicate) needs every tensor, so then the reade
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-from weightstore.base._gc import collector_paused
-from weightstore.stores._groups import source_snapshots
-from weightstore.stores._load import verify_before_load
 
 if TYPE_CHECKING:
     from weightstore.container._format import ContainerFormat
@@ -27,33 +23,8 @@ __all__ = [
     "may_be_grouped",
     "read_set_report",
     "restricted_for_load",
-    "restricted_load_snapshots",
     "wanted_names",
 ]
-
-
-def restricted_load_snapshots(
-    whole: Any,
-    options: StoreOptions,
-    filename: str,
-    remapped: Callable[[list[TensorSnapshot]], list[TensorSnapshot]],
-) -> tuple[list[TensorSnapshot], list[str]] | list[TensorSnapshot]:
-    """A load from the set `whole` reads, restricted to the tensors the filter keeps: their
-    snapshots (`remapped`, checked against their digests) and the names left out; or, when
-    the load needs the whole set (a filter that keeps all, a quantized group the filter would
-    split), the whole reader's own snapshots, for the store to cache."""
-    dequantize = options.dequantize
-    restriction = restricted_for_load(whole, options, filename)
-    if restriction is None:
-        return source_snapshots(whole, filename, dequantize)
-    reader, dropped = restriction
-    with collector_paused():
-        read = source_snapshots(reader, filename, dequantize)
-        if may_be_grouped(read):  # a group's parts the filter left out: judge them all
-            return source_snapshots(whole, filename, dequantize)
-        snapshots = remapped(read)
-    verify_before_load(reader)
-    return snapshots, dropped
 
 
 def restricted_for_load(
