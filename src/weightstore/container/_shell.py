@@ -21,9 +21,11 @@ class ReaderShell:
         raise NotImplementedError
 
     def names(self) -> list[str]:
+        """Every tensor's name, in the order the reader lists them."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Let the files go; arrays already handed out stay valid."""
         raise NotImplementedError
 
     def __contains__(self, name: object) -> bool:
