@@ -106,6 +106,7 @@ STANDS_ALONE: dict[str, StandsAlone] = {
                 "weightstore.errors",
                 "weightstore.io",  # byte sources: local, memory, and URLs by range reads
                 "weightstore.container._format",  # the FORMAT record type: a plain record
+                "weightstore.container._slice",  # index rules and byte runs: NumPy and io only
                 "weightstore.base._render",  # bounded_repr: standard library only
                 "weightstore.base._boxes",  # box_ranges: a get_dequantized_part box, checked
                 "weightstore.base._cause",  # what bytes that are no weights are: the errors only

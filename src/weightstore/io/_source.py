@@ -201,6 +201,20 @@ class MmapSource(MemorySource):
             self._check_size(offset, size, what, tensor)
         return view
 
+    def release_range(self, offset: int, size: int) -> None:
+        """Let the mapped pages wholly inside ``[offset, offset + size)`` leave this process's
+        resident memory (``MADV_DONTNEED``; the page cache keeps them), so a pass over a file
+        holds about what it reads at once. Arrays viewing them stay valid and read the file
+        again when touched; writes made to them are lost (the mapping is copy-on-write). A
+        no-op once closed, for an empty file, and where the platform has no `madvise`."""
+        if self._closed or self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        first = -(-max(offset, 0) // page) * page
+        last = min(offset + size, self._size) // page * page
+        if last > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+
     def array(
         self, offset: int, size: int, dtype: np.dtype[Any], shape: tuple[int, ...], tensor: str
     ) -> np.ndarray[Any, Any]:
@@ -287,6 +301,13 @@ class WindowSource(ByteSource):
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
         _check_range(self, offset, size, what, tensor)
         return self._base.read(self._offset + offset, size, what, tensor)
+
+    def release_range(self, offset: int, size: int) -> None:
+        """The other source's `release_range` of the same bytes, where it has one."""
+        release = getattr(self._base, "release_range", None)
+        if release is not None:
+            start = max(offset, 0)
+            release(self._offset + start, max(0, min(offset + size, self._size) - start))
 
     def close(self) -> None:
         """Nothing to release: the other source's owner closes it."""

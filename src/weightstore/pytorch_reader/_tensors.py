@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._record import Record
 from weightstore.base._render import bounded_repr
+from weightstore.container._slice import _InvalidIndex, normalize_key, plan_reads
 from weightstore.dtypes import DType, from_torch
 from weightstore.errors import (
     DescriptorError,
@@ -45,6 +46,8 @@ from weightstore.pytorch_reader._objects import StorageClass, clip, shown_int, t
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from weightstore.container._slice import Selection
 else:
     np = import_on_first_use("numpy", globals(), "np")  # listing tensors never needs NumPy
 
@@ -351,6 +354,41 @@ class LazyTensor(Record):
         swap = storage.source is not None and storage.source.byte_order == "big"
         return self._finish(_view(data, np_dtype, self, swap))
 
+    def read_part(self, selection: list[Selection]) -> np.ndarray[Any, Any] | None:
+        """The part of the tensor `selection` (`normalize_key`'s) picks, reading only its
+        bytes; None where that is not possible or gains nothing (see
+        ``ZipStorages.storage_runs``: a mapped, compressed or legacy file), or when the tensor
+        is not a plain C-ordered view of one storage. Then `to_numpy` and NumPy's indexing
+        give the same values.
+
+        Raises:
+            The errors of `validate`.
+        """
+        storage = self.storage
+        runs_of = getattr(storage.source, "storage_runs", None) if storage else None
+        if storage is None or runs_of is None or storage.view is not None or self.numel == 0:
+            return None
+        if self.array is not None or not _is_contiguous(self.shape, self.stride):
+            return None
+        self.validate()
+        np_dtype = self.numpy_dtype
+        itemsize = np_dtype.itemsize
+        plan = plan_reads(selection, self.shape, itemsize)
+        if not plan.runs:
+            return np.empty(plan.result_shape, np_dtype)
+        base = self.storage_offset * itemsize
+        nbytes = storage.numel * storage.itemsize(self.path, self.name)
+        runs = [(base + offset, size) for offset, size in plan.runs]
+        gathered = runs_of(storage.key, nbytes, runs, self.name)
+        if gathered is None:
+            return None
+        if storage.source is not None and storage.source.byte_order == "big" and itemsize > 1:
+            values = _byteswapped(gathered.view(f"V{itemsize}"), np_dtype)
+        else:
+            values = gathered.view(np_dtype)
+        part = values.reshape(plan.gathered_shape)[plan.within].reshape(plan.result_shape)
+        return self._finish(part if part.flags.c_contiguous else np.ascontiguousarray(part))
+
     @property
     def numpy_dtype(self) -> np.dtype[Any]:
         """The NumPy dtype `to_numpy` returns; `DTypeError` naming the tensor when NumPy has
@@ -396,10 +434,12 @@ class LazyTensor(Record):
 class TensorSlice:
     """A tensor to index like a NumPy array: ``reader.get_slice("embed.weight")[:100, ::2]``.
 
-    Indexing reads the whole tensor (`LazyTensor.to_numpy`: for a contiguous stored tensor a view
-    of the mapped file, so nothing is copied; for a strided, big-endian or compressed one, a
-    copy of all of it), then selects with NumPy's rules. The result is always an array, 0-d
-    when every axis is an int.
+    In a file read by pread or at a URL, indexing a C-ordered stored tensor reads only the
+    selected bytes (`LazyTensor.read_part`). Otherwise it reads the whole tensor
+    (`LazyTensor.to_numpy`: for a contiguous stored tensor a view of the mapped file, so only
+    the pages the selection touches are read; for a strided or compressed one, a copy of all
+    of it), then selects with NumPy's rules. The result is always an array, 0-d when every axis
+    is an int.
     """
 
     __slots__ = ("_tensor",)
@@ -435,6 +475,13 @@ class TensorSlice:
         except (IndexError, TypeError, ValueError) as err:  # a zero step, a str slice bound
             detail = clip(str(err))  # NumPy's text may quote the index
             raise SliceError(detail, path=self._tensor.path, tensor=self._tensor.name) from None
+        try:
+            selection = normalize_key(key, self.shape)
+        except _InvalidIndex:  # an index only NumPy's own indexing takes (a list, None)
+            selection = None
+        part = None if selection is None else self._tensor.read_part(selection)
+        if part is not None:
+            return part
         return np.asarray(self._tensor.to_numpy()[index])
 
     def __repr__(self) -> str:

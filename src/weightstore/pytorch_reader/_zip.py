@@ -11,12 +11,11 @@ dict in `_torchscript`, its code streamed line by line as text and never run.
 from __future__ import annotations
 
 import lzma
-import mmap
 import struct
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from weightstore.base._lazy import import_on_first_use
 from weightstore.base._render import bounded_repr
@@ -28,7 +27,7 @@ from weightstore.errors import (
     TruncatedError,
     UnsupportedFormatError,
 )
-from weightstore.io._source import ByteSource, MmapSource, SourceFile
+from weightstore.io._source import ByteSource, MmapSource, SourceFile, read_runs
 from weightstore.pytorch_reader._extent import cut_archive
 from weightstore.pytorch_reader._inflate import iter_member, payload_offset, read_member
 from weightstore.pytorch_reader._layout import (
@@ -75,7 +74,6 @@ _INFLATE_CHUNK = 2**24  # bytes inflated per read
 _ARCHIVE_CHUNK_SIZE = 64 * 1024
 _EXTRA_ROOM = 128  # bytes allowed for a local header's extra field (torch's padding is < 64)
 _PAYLOAD_ALIGNMENT = 64  # torch aligns every stored payload to 64 bytes in the file
-_CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # Linux and macOS; not Windows
 _TEXT_CHUNK = 2**16  # bytes of a code/ file inflated at a time
 # Everything zipfile raises for a damaged archive; it is stdlib code we call, not our own. The
 # decompressors add theirs: zlib.error, bz2's OSError, and lzma.LZMAError, which is none of
@@ -379,23 +377,45 @@ class ZipStorages(StorageSource):
 
     def release(self, key: str) -> None:
         """Drop the mapped pages that lie wholly inside stored entry `key` from the process's
-        resident memory (``MADV_DONTNEED``); the file's pages stay in the page cache. Arrays
-        viewing them stay valid and read the file again when touched, but writes made to them
-        are lost (the mapping is copy-on-write). A no-op for compressed entries, for a pread
-        source, for an entry not read yet, and where the platform has no `madvise`."""
+        resident memory (``MmapSource.release_range``); the file's pages stay in the page
+        cache. Arrays viewing them stay valid and read the file again when touched, but writes
+        made to them are lost (the mapping is copy-on-write). A no-op for compressed entries,
+        for a source that is no mapping (nor a window of one), and for an entry of a cached
+        mapping not read yet."""
         info = self._entries.get(key)
-        source = self._source
-        cached = self._caching and key in self._cache
-        mapping = source.mapping if cached and isinstance(source, MmapSource) else None
-        if info is None or not isinstance(mapping, mmap.mmap) or not _CAN_RELEASE:
+        release = getattr(self._storage_source, "release_range", None)
+        if info is None or release is None or info.compress_type != zipfile.ZIP_STORED:
             return
-        if info.compress_type != zipfile.ZIP_STORED:  # inflated: a buffer of its own
+        if self._caching and key not in self._cache:
             return
+        release(self._payload_offset(info), info.file_size)
+
+    def storage_runs(
+        self, key: str, nbytes: int, runs: list[tuple[int, int]], tensor: str | None
+    ) -> np.ndarray[Any, Any] | None:
+        """The ``(offset, size)`` byte runs of storage `key`, laid end to end, read alone: a
+        slice of a tensor in a pread or remote archive costs its own bytes, not its storage's.
+        None where a part cannot be read so (a compressed entry) or gains nothing (a mapped
+        file, whose whole-storage view touches only the pages a slice uses).
+
+        Raises:
+            MissingStorageError, DescriptorError: as `storage_bytes`.
+        """
+        if self._closed:
+            raise ValueError(f"{self.path}: the file is closed")
+        info = self._entries.get(key)
+        if info is None:
+            raise MissingStorageError(key, path=self.path, tensor=tensor)
+        if info.file_size != nbytes:
+            return None  # `storage_bytes` says how the sizes disagree
+        stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
+        if self._caching or not stored or info.compress_size != info.file_size:
+            return None
+        if any(offset < 0 or offset + size > nbytes for offset, size in runs):
+            return None  # the whole read refuses the view, naming it
         start = self._payload_offset(info)
-        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # pages wholly inside the entry
-        last = (start + info.file_size) // mmap.PAGESIZE * mmap.PAGESIZE
-        if last > first:
-            mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
+        shifted = [(start + offset, size) for offset, size in runs]
+        return read_runs(self._storage_source, shifted, f"entry {info.filename}", tensor)
 
     def close(self) -> None:
         """Drop the cached storages: views of the mapping among them would keep it mapped."""

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from weightstore.errors import LimitExceeded, SetError, UnsupportedFormatError
-from weightstore.io._source import MemorySource, MmapSource, ReadMode, open_readable
+from weightstore.io._source import MmapSource, ReadMode, WindowSource, open_readable
 
 __all__ = ["MAX_CONFIG_SIZE", "NemoReader", "is_nemo_checkpoint", "open_nemo"]
 
@@ -91,9 +91,9 @@ def _open_tar(path: str) -> NemoReader:
         weights = members.get(_WEIGHTS)
         if weights is None:
             raise SetError(f"the .nemo holds no {_WEIGHTS}", path=path)
-        window = MemorySource(
-            source.read(weights.offset_data, weights.size, _WEIGHTS), name=f"{path}:{_WEIGHTS}"
-        )
+        # A window of the mapping, not a view of it: a streaming pass then lets each
+        # tensor's pages go (`MmapSource.release_range`) instead of holding the whole member.
+        window = WindowSource(source, weights.offset_data, weights.size, f"{path}:{_WEIGHTS}")
         config_member = members.get(_CONFIG)
         config = None
         if config_member is not None:
