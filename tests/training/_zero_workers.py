@@ -20,8 +20,17 @@ CASES: Final = ((1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"))
 training writes the optimizer files without the ``bf16_`` prefix."""
 
 
+WIDE_STAGES: Final = (2, 3)
+"""ZeRO stages of the checkpoints of `Wide`, saved by 2 ranks only (fp32 training)."""
+WIDE_SHAPE: Final = (192, 320)
+
+
 def case_name(stage: int, dtype: str) -> str:
     return f"stage{stage}-{dtype}"
+
+
+def wide_name(stage: int) -> str:
+    return f"wide-stage{stage}"
 
 
 class Tiny(nn.Module):
@@ -44,6 +53,19 @@ class Tiny(nn.Module):
         return out.sum() + self.head(hidden).sum()
 
 
+class Wide(nn.Module):
+    """Two matrices large beside the files' pickles, for counting what a resharded load reads:
+    one split by rows, one by columns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = nn.Parameter(torch.randn(WIDE_SHAPE))
+        self.cols = nn.Parameter(torch.randn(WIDE_SHAPE))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return (self.rows[tokens] * self.cols[tokens]).sum()
+
+
 def save_all(rank: int, world_size: int, root_text: str, extensions_dir: str) -> None:
     """Save every case of `CASES` under `root_text`, on this group's ranks."""
     os.environ.update(
@@ -54,19 +76,23 @@ def save_all(rank: int, world_size: int, root_text: str, extensions_dir: str) ->
         WORLD_SIZE=str(world_size),
     )
     for stage, dtype in CASES:
-        _save(rank, Path(root_text) / case_name(stage, dtype), stage, dtype)
+        _save(rank, Path(root_text) / case_name(stage, dtype), stage, dtype, Tiny)
+    if world_size == 2:
+        for stage in WIDE_STAGES:
+            _save(rank, Path(root_text) / wide_name(stage), stage, "fp32", Wide)
 
 
-def _save(rank: int, folder: Path, stage: int, dtype: str) -> None:
+def _save(rank: int, folder: Path, stage: int, dtype: str, build: type[nn.Module]) -> None:
     import deepspeed
 
     torch.manual_seed(5)
-    model = Tiny()
+    model = build()
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decayed = ("weight", "rows")
     optimizer = torch.optim.AdamW(
         [
-            {"params": [p for n, p in trainable if n.endswith("weight")], "weight_decay": 0.1},
-            {"params": [p for n, p in trainable if not n.endswith("weight")], "weight_decay": 0},
+            {"params": [p for n, p in trainable if n.endswith(decayed)], "weight_decay": 0.1},
+            {"params": [p for n, p in trainable if not n.endswith(decayed)], "weight_decay": 0},
         ],
         lr=0.01,
     )  # two parameter groups, so that each rank's file holds two flat partitions

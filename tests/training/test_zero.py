@@ -9,12 +9,13 @@ tag, a pickle naming code.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from tests._optional import need
 from tests._ranks import run_ranks  # skips without torch.distributed
 from weightstore.errors import CodeObjectError, InvalidOptionError, SetError, SliceError
+from weightstore.io._source import PreadSource
 from weightstore.pytorch_reader import FORMAT
 from weightstore.training._zero import is_zero_checkpoint, open_zero
 
@@ -29,7 +31,13 @@ torch = need("torch")
 need("deepspeed")
 
 from tests.training import _zero_workers  # noqa: E402  (imports torch: after the skips)
-from tests.training._zero_workers import CASES, case_name  # noqa: E402
+from tests.training._zero_workers import (  # noqa: E402
+    CASES,
+    WIDE_SHAPE,
+    WIDE_STAGES,
+    case_name,
+    wide_name,
+)
 
 CASE_IDS = [case_name(*case) for case in CASES]
 
@@ -311,3 +319,51 @@ def test_open_reader_the_stores_and_the_cli_read_it(
     converted = load_file(out)
     assert sorted(converted) == sorted(expected)
     assert all(_same(converted[name], tensor) for name, tensor in expected.items())
+
+
+class _CountingPread(PreadSource):
+    """The pread source of the archives' storages, adding up the bytes each read returns
+    (zipfile reads each file's directory and pickle by its path: a few KB per file)."""
+
+    read_bytes: ClassVar[int] = 0
+
+    def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        _CountingPread.read_bytes += size
+        return super().read(offset, size, what, tensor)
+
+
+@pytest.mark.parametrize("stage", WIDE_STAGES, ids=lambda stage: f"stage{stage}")
+def test_a_rank_of_another_world_size_reads_only_its_share(
+    saved: Path, stage: int, zero_to_fp32: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weightstore import Store
+    from weightstore.distributed import chunk_bounds, load
+    from weightstore.pytorch_reader import _archive
+    from weightstore.training import _zero
+
+    if _ranks(saved) != 2:
+        pytest.skip("the wide checkpoints are saved by 2 ranks only")
+    directory = saved / wide_name(stage)
+    full = {name: t.detach().numpy() for name, t in _expected(zero_to_fp32, directory).items()}
+    monkeypatch.setattr(_archive, "PreadSource", _CountingPread)
+    pread = functools.partial(_zero.open_zero, mode="pread")  # copies, so every byte is counted
+    monkeypatch.setattr(_zero, "open_zero", lambda path, mode: pread(path))
+    rows, cols = WIDE_SHAPE
+    for world_size in (1, 3, 4):  # 3: slices cut the ranks' flat partitions unevenly
+        for rank in range(world_size):
+            _CountingPread.read_bytes = 0
+            mine = [chunk_bounds(size, rank, world_size) for size in (rows, cols)]
+            model = {
+                "rows": np.zeros((mine[0][1] - mine[0][0], cols), np.float32),
+                "cols": np.zeros((rows, mine[1][1] - mine[1][0]), np.float32),
+            }
+            plan = {"^rows$": 0, "^cols$": 1}
+            result = load(Store.from_file(directory), model, plan, rank=rank, world_size=world_size)
+            assert result.is_success(), result
+            assert np.array_equal(model["rows"], full["rows"][slice(*mine[0])])
+            assert np.array_equal(model["cols"], full["cols"][:, slice(*mine[1])])
+            share = model["rows"].nbytes + model["cols"].nbytes
+            read = _CountingPread.read_bytes
+            assert share <= read <= 1.1 * share, (world_size, rank, read, share)
+            print(f"stage {stage}, rank {rank} of {world_size} (saved by 2): read {read:,} "
+                  f"bytes for a share of {share:,} ({read / share:.4f}x)")  # fmt: skip

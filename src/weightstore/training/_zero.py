@@ -40,7 +40,6 @@ from weightstore.training._zero_layout import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from weightstore.container._slice import Selection
     from weightstore.pytorch_reader import PytorchReader
 else:
     np = import_on_first_use("numpy", globals(), "np")
@@ -106,7 +105,7 @@ def open_zero(path: str, *, weights: Weights = "fp32", mode: ReadMode = "mmap") 
     optim_names = optim_file_names(folder)
     readers: dict[str, PytorchReader] = {}
     try:
-        first = _open(folder, optim_names[min(optim_names)], readers)
+        first = _open(folder, optim_names[min(optim_names)], readers, mode)
         stage, world_size = zero_settings(first.reader, first.name, folder)
         wanted = [_optim_name(optim_names, rank, folder) for rank in range(world_size)]
         extra = sorted(set(optim_names.values()) - set(wanted))
@@ -119,7 +118,7 @@ def open_zero(path: str, *, weights: Weights = "fp32", mode: ReadMode = "mmap") 
             )
         models = [model_file_name(rank, stage) for rank in range(world_size if stage == 3 else 1)]
         for name in [*wanted, *models] if weights == "fp32" else [wanted[0], models[0]]:
-            _open(folder, name, readers)
+            _open(folder, name, readers, mode)
         layout = read_layout(folder, tag, weights, readers)
     except BaseException:
         for reader in readers.values():
@@ -133,8 +132,11 @@ class _Opened(ValueRecord):
     reader: PytorchReader
 
 
-def _open(folder: str, name: str, readers: dict[str, PytorchReader]) -> _Opened:
-    """Rank file `name`, opened once (its pickle decoded, refused if it names code)."""
+def _open(
+    folder: str, name: str, readers: dict[str, PytorchReader], mode: ReadMode = "mmap"
+) -> _Opened:
+    """Rank file `name`, opened once (its pickle decoded, refused if it names code), its
+    storages read in `mode`."""
     from weightstore.pytorch_reader import PytorchReader
 
     reader = readers.get(name)
@@ -146,7 +148,7 @@ def _open(folder: str, name: str, readers: dict[str, PytorchReader]) -> _Opened:
                 path=folder,
                 shard=name,
             )
-        reader = PytorchReader.from_file(path, mode="mmap", refuse_code=True)
+        reader = PytorchReader.from_file(path, mode=mode, refuse_code=True)
         readers[name] = reader
     return _Opened(name, reader)
 
@@ -293,10 +295,7 @@ class ZeroReader(ReaderShell):
         reader = self._readers[entry.file]
         array = reader.get(entry.tensor) if key is None else reader.get_slice(entry.tensor)[key]
         assert entry.dtype.numpy is not None  # the reader admits only dtypes NumPy holds
-        copy = self.mode == "pread"
-        result: np.ndarray[Any, Any] = array.astype(entry.dtype.numpy, copy=copy)
-        if copy:
-            reader.release(entry.tensor)
+        result: np.ndarray[Any, Any] = array.astype(entry.dtype.numpy, copy=False)
         return result
 
     def _elements(self, entry: Gathered, start: int, stop: int) -> np.ndarray[Any, Any]:
@@ -311,13 +310,9 @@ class ZeroReader(ReaderShell):
                 parts.append(flat[piece.start + low - position : piece.start + high - position])
             position += length
         assert entry.dtype.numpy is not None  # the flat partitions' dtypes are NumPy's
-        if self.mode == "mmap" and len(parts) == 1:
-            return parts[0]
-        result = np.concatenate(parts) if parts else np.empty(0, entry.dtype.numpy)
-        if self.mode == "pread":
-            for piece in entry.pieces:
-                self._readers[piece.file].release(piece.tensor)
-        return result
+        if len(parts) == 1:
+            return parts[0]  # in pread mode a copy of its own already
+        return np.concatenate(parts) if parts else np.empty(0, entry.dtype.numpy)
 
 
 class ZeroTensorSlice:
@@ -349,7 +344,7 @@ class ZeroTensorSlice:
         Raises:
             SliceError: an index `weightstore.container._slice.normalize_key` refuses.
         """
-        from weightstore.container._slice import _InvalidIndex, normalize_key
+        from weightstore.container._slice import _InvalidIndex, normalize_key, plan_reads
 
         entry = self._entry
         try:
@@ -360,27 +355,10 @@ class ZeroTensorSlice:
             return np.asarray(self._reader._stored(entry, key))
         if not entry.shape:
             return np.asarray(self._reader.get(self._name)[()])
-        first = selection[0]
-        rows = range(first, first + 1) if isinstance(first, int) else first
-        low = min(rows[0], rows[-1]) if rows else 0
-        high = max(rows[0], rows[-1]) + 1 if rows else 0
-        row_size = math.prod(entry.shape[1:])
-        part = self._reader._elements(entry, low * row_size, high * row_size)
-        part = part.reshape((high - low, *entry.shape[1:]))
-        shifted = (
-            first - low
-            if isinstance(first, int)
-            else range(rows.start - low, rows.stop - low, rows.step)
-        )
-        return np.asarray(part[_as_index([shifted, *selection[1:]])])
-
-
-def _as_index(selection: list[Selection]) -> tuple[int | slice, ...]:
-    """Selections as a NumPy index: a range becomes the slice of the same indices (a negative
-    stop, past index 0 of a backward range, becomes ``None``)."""
-    return tuple(
-        item
-        if isinstance(item, int)
-        else slice(item.start, item.stop if item.stop >= 0 else None, item.step)
-        for item in selection
-    )
+        plan = plan_reads(selection, entry.shape, 1)  # runs in elements: itemsize 1
+        if not plan.runs:
+            return np.empty(plan.result_shape, self.dtype)
+        parts = [self._reader._elements(entry, start, start + size) for start, size in plan.runs]
+        gathered = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        result = gathered.reshape(plan.gathered_shape)[plan.within].reshape(plan.result_shape)
+        return result if result.flags.c_contiguous else np.ascontiguousarray(result)
