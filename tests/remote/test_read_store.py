@@ -278,3 +278,41 @@ def test_a_larger_gap_ratio_reads_column_slices_as_whole_rows(
         slices = [r for r in counter.gets if r.start != 0]
         assert len(slices) == requests
         assert sum(r.nbytes for r in slices) <= (1 + ratio) * expected.nbytes
+
+
+def _forty() -> dict[str, np.ndarray]:
+    """40 tensors of 1 MiB, as in the report of the bug this guards against."""
+    rng = np.random.default_rng(5)
+    return {f"layers.{i}.weight": rng.standard_normal((512, 512), np.float32) for i in range(40)}
+
+
+@pytest.mark.parametrize("layout", ["file", "set", "pt"])
+def test_a_model_holding_one_tensor_fetches_only_that_tensor(
+    layout: str, http_server: HttpServer
+) -> None:
+    """No filter: the load's reads come from matching the model, so a model holding one of
+    40 tensors fetches that one (plus the headers), not the file."""
+    tensors = _forty()
+    if layout == "file":
+        (http_server.root / "m.safetensors").write_bytes(safetensors_bytes(tensors))
+        url, heads = http_server.url("m.safetensors"), HEAD
+    elif layout == "set":
+        folder = http_server.root / "set"
+        save_into(dict(tensors), SafetensorsStore.from_file(folder).with_max_shard_size(8 << 20))
+        url, heads = http_server.url("set/model.safetensors.index.json"), 6 * HEAD
+    else:
+        torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, http_server.root / "m.pt")
+        url, heads = http_server.url("m.pt"), 3 * HEAD  # directory, pickle, local headers
+    wanted = "layers.17.weight"
+    model = {wanted: np.zeros((512, 512), np.float32)}
+    http_server.requests.clear()
+    store = Store.from_file(url).allow_partial(True)
+    if layout == "pt":  # PyTorch's default renumbers list indices: layers.17 would take 0's
+        store = store.map_indices_contiguous(False)
+    result = store.apply_to(model)
+    assert result.is_success() and result.applied == [wanted]
+    np.testing.assert_array_equal(model[wanted], tensors[wanted])
+    needed = tensors[wanted].nbytes
+    assert http_server.nbytes <= heads + 1.01 * needed, (http_server.nbytes, needed)
+    print(f"{layout}: {http_server.nbytes:,} bytes transferred for a {needed:,}-byte tensor "
+          f"of a {sum(a.nbytes for a in tensors.values()):,}-byte model")  # fmt: skip

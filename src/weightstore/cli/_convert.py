@@ -70,7 +70,7 @@ from weightstore.errors import InvalidOptionError
 from weightstore.formats import ContainerFormat
 from weightstore.io import is_url
 from weightstore.snapshot import TensorSnapshot, stored_blocks
-from weightstore.stores import Store, StoreOptions
+from weightstore.stores import Store
 
 __all__ = ["DTYPE_CHOICES", "QUANTIZE_CHOICES", "add_parser", "parse_pair", "run"]
 
@@ -301,9 +301,9 @@ def _write(
         return EXIT_BAD_INPUT
     total = sum(s.nbytes for s in kept)
     if is_url(args.src):  # fetch what is written in large, concurrent batches
-        from weightstore.stores._remote_plan import plan_reads_for_load
+        from weightstore.stores._remote_plan import announce_reads
 
-        plan_reads_for_load(kept, StoreOptions(), args.src)
+        announce_reads(kept)
     with Progress(total, args.src, quiet=args.quiet) as progress:
         counted = tuple(_counted(s, progress) for s in snapshots)
         with about(args.dst):

@@ -18,7 +18,7 @@ from weightstore.io import is_url
 from weightstore.stores._groups import source_snapshots
 from weightstore.stores._load_failure import store_fix
 from weightstore.stores._options import StoreOptions
-from weightstore.stores._remote_plan import plan_reads_for_load
+from weightstore.stores._remote_plan import announce_reads
 from weightstore.stores._sets import may_be_grouped, restricted_for_load
 from weightstore.stores._ties import ties_for_load
 
@@ -126,8 +126,8 @@ def apply_snapshots(
         from weightstore.transfer._groups import refuse_split_groups
 
         refuse_split_groups(grouped, path_filter=path_filter)
-    if path is not None and is_url(path):  # fetch what the load reads in large batches
-        plan_reads_for_load(snapshots, options, path)
+    # A URL fetches what the load will read, once matching has settled it, in large batches.
+    announce = announce_reads if path is not None and is_url(path) else None
     rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
     with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
         result = apply(
@@ -141,6 +141,7 @@ def apply_snapshots(
             source_path=path,
             rules=rules,
             ties=functools.partial(ties_for_load, options.tied_weights, path),
+            before_reads=announce,
         )
         if file_names:
             result.unused = [file_names.get(name, name) for name in result.unused]

@@ -2,18 +2,17 @@
 
 A load from a URL reads best in a few large, concurrent requests (`weightstore.io._remote_source`),
 which needs the whole list up front, while the load itself asks for one tensor at a time. So
-`Store._apply_snapshots` hands the snapshots it is about to apply here first, and each reader
-behind them gets the names of the tensors that will be read whole (`plan_reads`):
+the load (`transfer._apply.apply`) hands the snapshots it is about to read, once matching
+against the model, the filter, remapping, ties and adapters have settled them, to
+`announce_reads`, and each reader behind them gets the names it will be asked for whole
+(`plan_reads`):
 
 - a snapshot the store made (``reader.get`` bound to a name, `snapshot.ReaderLoad`) is
-  planned, unless the store's filter drops it by name;
-- a snapshot that reads a slice (`weightstore.distributed`) or anything else is not: its reads
-  are exactly the bytes it needs, so planning the whole tensor would fetch more.
+  announced under the name the file holds;
+- a snapshot that reads a slice (`weightstore.distributed`), or one a layout rule builds from
+  several, is not: its reads are exactly the bytes it needs, each fetched on its own.
 
-The filter is applied here to the names as the load sees them, the way `stores._sets` restricts
-a set; when it cannot decide from names alone (predicates, adapters, renumbering), every
-snapshot the store made is planned. A planned tensor the load then never reads (a name the model
-lacks) may still be fetched with its neighbours; nothing outside the planned tensors is.
+So a model holding one of a file's tensors fetches that tensor (and the header), not the file.
 """
 
 from __future__ import annotations
@@ -22,29 +21,17 @@ import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from weightstore.stores._sets import wanted_names
-
 if TYPE_CHECKING:
     from weightstore.snapshot import TensorSnapshot
-    from weightstore.stores._options import StoreOptions
 
-__all__ = ["plan_reads_for_load"]
+__all__ = ["announce_reads"]
 
 
-def plan_reads_for_load(
-    snapshots: Iterable[TensorSnapshot], options: StoreOptions, path: str
-) -> None:
-    """Announce to each reader behind `snapshots` the tensors a load with `options` reads
-    whole (see the module docstring)."""
-    listed = list(snapshots)
-    # The snapshots carry the names after remapping already: the filter sees them as they are.
-    unmapped = options.replace(remapper=None)
-    wanted = wanted_names(unmapped, [s.full_path for s in listed], path)
-    kept = None if wanted is None else set(wanted)
+def announce_reads(snapshots: Iterable[TensorSnapshot]) -> None:
+    """Announce to each reader behind `snapshots` the tensors a load will read whole, in the
+    order given (see the module docstring)."""
     readers: dict[int, tuple[Any, list[str]]] = {}
-    for snapshot in listed:
-        if kept is not None and snapshot.full_path not in kept:
-            continue
+    for snapshot in snapshots:
         found = _reader_and_name(snapshot.load)
         if found is not None:
             reader, name = found

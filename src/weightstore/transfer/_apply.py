@@ -180,6 +180,7 @@ def apply(
     source_path: str | None = None,
     rules: LoadRules | None = None,
     ties: TieRule | None = None,
+    before_reads: Callable[[Sequence[TensorSnapshot]], None] | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` and report what happened; never raises for data problems.
 
@@ -209,6 +210,9 @@ def apply(
             Without rules, every tensor that passed the checks is written.
         ties: fills model tensors the source lacks from the source tensors it names (after
             the layouts, before matching); the report's ``tied`` lists those applied.
+        before_reads: called once, before anything is read, with the snapshots the load will
+            read (matched to a model tensor and past every check), so that a remote source can
+            fetch exactly those in large batches; not called for a refused load.
 
     Returns:
         Every model path as applied, skipped, missing or an error (or held back), and the
@@ -248,6 +252,8 @@ def apply(
             planned_result.source = source_path
             return planned_result
         planned = planned_outcome, planned_result
+    if before_reads is not None:
+        before_reads(matching.reads)
     outcome = bridge.load(matching.plan)
     if planned is not None and outcome == planned[0]:  # the usual load: as planned, so the
         result = planned[1]  # planned report is the real one (the same inputs give it)
@@ -321,11 +327,12 @@ class _Matching:
 
     A plain class: generating a dataclass costs ~0.4 ms at import, in a load's time."""
 
-    __slots__ = ("errors", "plan", "quantized", "skipped", "used")
+    __slots__ = ("errors", "plan", "quantized", "reads", "skipped", "used")
 
     def __init__(self) -> None:
         self.quantized: dict[str, str] = {}  # model path -> its source's quantized encoding
         self.plan = LoadPlan({})
+        self.reads: list[TensorSnapshot] = []  # the source snapshots the plan reads
         self.used: set[str] = set()  # source names matched to a model path
         self.skipped: set[str] = set()  # model paths the filter excludes
         self.errors: dict[str, ApplyError] = {}  # model path -> check failed
@@ -356,6 +363,7 @@ def _match(
                 matching.errors[target.path] = prepared
             else:
                 tensors[target.path] = prepared
+                matching.reads.append(snapshot)
                 if snapshot.stored is not None:
                     matching.quantized[target.path] = snapshot.stored.encoding
     paths = {target.path for target in targets}
