@@ -258,7 +258,7 @@ def _open_training(
             path=location.path,
             found=location.kind.value,
         )
-    kept = {k: v for k, v in options.items() if k in ("mode", "max_index_size")}
+    kept = {k: v for k, v in options.items() if k in ("mode", "max_index_size", "weights")}
     if location.kind is Kind.TORCH_DCP and location.index is None:
         from weightstore.dcp._hf_sharded import open_hf_sharded
 

@@ -347,7 +347,7 @@ def test_a_rank_of_another_world_size_reads_only_its_share(
     full = {name: t.detach().numpy() for name, t in _expected(zero_to_fp32, directory).items()}
     monkeypatch.setattr(_archive, "PreadSource", _CountingPread)
     pread = functools.partial(_zero.open_zero, mode="pread")  # copies, so every byte is counted
-    monkeypatch.setattr(_zero, "open_zero", lambda path, mode: pread(path))
+    monkeypatch.setattr(_zero, "open_zero", lambda path, **_: pread(path))
     rows, cols = WIDE_SHAPE
     for world_size in (1, 3, 4):  # 3: slices cut the ranks' flat partitions unevenly
         for rank in range(world_size):
@@ -367,3 +367,35 @@ def test_a_rank_of_another_world_size_reads_only_its_share(
             assert share <= read <= 1.1 * share, (world_size, rank, read, share)
             print(f"stage {stage}, rank {rank} of {world_size} (saved by 2): read {read:,} "
                   f"bytes for a share of {share:,} ({read / share:.4f}x)")  # fmt: skip
+
+
+def test_the_model_states_weights_load_and_convert_when_asked(
+    saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.numpy import load_file
+
+    from weightstore import PytorchStore, SafetensorsStore, save_into
+    from weightstore.cli import main
+
+    directory = saved / case_name(2, "bf16")
+    file = directory / "global_step1" / "mp_rank_00_model_states.pt"
+    module = torch.load(file, map_location="cpu", weights_only=False)["module"]
+    store = PytorchStore.from_file(directory).with_weights_from("model-states")
+    assert sorted(store.keys()) == sorted(module)
+    assert store.reader().metadata()["weights"] == "model-states"
+    out = tmp_path / "bf16.safetensors"
+    assert main(["convert", str(directory), str(out), "--from", "model-states", "-q"]) == 0
+    converted = load_file(out)
+    assert sorted(converted) == sorted(module)
+    assert all(_same(converted[name], tensor) for name, tensor in module.items())
+    assert converted["hidden.weight"].dtype.itemsize == 2  # bf16 as trained, not fp32
+    with pytest.raises(InvalidOptionError, match="model-states"):
+        PytorchStore.from_file(directory).with_weights_from("fp16")
+    other = tmp_path / "plain.safetensors"
+    save_into({"w": np.zeros(3, np.float32)}, SafetensorsStore.from_file(other))
+    assert main(["convert", str(other), str(tmp_path / "x.safetensors"), "--from", "fp32"]) != 0
+    assert "--from applies to a DeepSpeed ZeRO checkpoint" in capsys.readouterr().err
+    pt = tmp_path / "plain.pt"
+    torch.save({"w": torch.zeros(3)}, pt)
+    with pytest.raises(InvalidOptionError, match="applies to a DeepSpeed ZeRO checkpoint"):
+        PytorchStore.from_file(pt).with_weights_from("model-states").keys()

@@ -178,6 +178,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="a training checkpoint (DCP): write its optimizer state and the rest too "
         "(default: the model's tensors only)",
     )
+    parser.add_argument(
+        "--from",
+        dest="weights_from",
+        choices=("fp32", "model-states"),
+        help="a DeepSpeed ZeRO checkpoint: write the fp32 master weights (default) or the model "
+        "states' weights in the training dtype (stages 1 and 2)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -194,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
             opened = opened.allow_objects()
         if args.dequantize is not None:
             opened = opened.with_dequantize(args.dequantize)
+        if args.weights_from is not None:
+            opened = _with_weights_from(opened, args.weights_from)
         source_store = opened.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
@@ -208,6 +217,24 @@ def run(args: argparse.Namespace) -> int:
             snapshots = _model_only(_owned(read, adapter, args), source_store, args)
             _warn_about_source(source_store, args)
         return _write(args, fmt, adapter, metadata, source, snapshots)
+
+
+def _with_weights_from(store: Store, weights: str) -> Store:
+    """`store` reading a ZeRO checkpoint's `weights` (``--from``).
+
+    Raises:
+        InvalidOptionError: the source is no ZeRO checkpoint.
+    """
+    from weightstore.stores import PytorchStore
+
+    if not isinstance(store, PytorchStore):
+        raise InvalidOptionError(
+            f"--from applies to a DeepSpeed ZeRO checkpoint, not {store.format.title} files",
+            option="from",
+        )
+    chosen = store.with_weights_from(weights)
+    store.close()  # the copy reads through a reader of its own
+    return chosen
 
 
 def _model_only(

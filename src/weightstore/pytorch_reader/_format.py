@@ -66,7 +66,7 @@ FORMAT = ContainerFormat(
     open_bytes=None,  # the reader maps or reads a file (or a URL's ranges)
     open_static=None,
     writer=None,  # weightstore never writes pickles
-    store_options=LOAD_OPTIONS | {"top_level_key", "allow_objects"},
+    store_options=LOAD_OPTIONS | {"top_level_key", "allow_objects", "weights_from"},
     set_layout=SetLayout("pytorch", "pytorch_model", "bin", search_rank=2),  # safe sets first
     find_in_directory=None,  # its directories hold sets (set_layout)
     summarizer="weightstore.cli._report:summarize_pytorch",

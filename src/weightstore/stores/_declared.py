@@ -10,6 +10,8 @@ from-adapter is the identity, since our models are PyTorch already.
 from __future__ import annotations
 
 from weightstore import burnpack, gguf, pytorch_reader, safetensors
+from weightstore.base._render import bounded_repr
+from weightstore.errors import InvalidOptionError
 from weightstore.stores._base import Store
 from weightstore.stores._options import StoreOptions
 
@@ -55,6 +57,22 @@ class PytorchStore(Store):
     @classmethod
     def _defaults(cls) -> StoreOptions:
         return StoreOptions(map_indices_contiguous=True, skip_enum_variants=True)
+
+    def with_weights_from(self, weights: str) -> PytorchStore:
+        """Which weights a DeepSpeed ZeRO checkpoint gives: ``"fp32"`` (the default), the fp32
+        master weights rebuilt from the optimizer partitions as ``zero_to_fp32`` rebuilds
+        them, or ``"model-states"``, the module's own weights in the training dtype (stages 1
+        and 2). Refused, when the store opens, for a source that is no ZeRO checkpoint.
+
+        Raises:
+            InvalidOptionError: `weights` is neither.
+        """
+        if weights not in ("fp32", "model-states"):
+            raise InvalidOptionError(
+                f"weights must be 'fp32' or 'model-states', not {bounded_repr(weights)}",
+                option="weights_from",
+            )
+        return self._with(weights_from=weights)
 
 
 class GgufStore(Store):

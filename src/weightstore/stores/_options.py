@@ -54,6 +54,7 @@ class StoreOptions(ValueRecord):
     quantize: str | None = None  # GGUF saves: quantize float tensors to this ggml type
     dequantize: str | None = None  # quantized groups read as one tensor of this dtype name
     tied_weights: Mapping[str, str] | None = None  # model path -> source name; None: config.json
+    weights_from: str | None = None  # a ZeRO checkpoint's "fp32" (default) or "model-states"
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class StoreOptions(ValueRecord):
         quantize: str | None = None,
         dequantize: str | None = None,
         tied_weights: Mapping[str, str] | None = None,
+        weights_from: str | None = None,
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
@@ -88,7 +90,7 @@ class StoreOptions(ValueRecord):
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
             dedupe_tied, durable, max_shard_size, variant, allow_objects, digests,
             index_tensor_digests, verify_digests, quantize, dequantize,
-            None if tied_weights is None else dict(tied_weights),
+            None if tied_weights is None else dict(tied_weights), weights_from,
         )  # fmt: skip
 
     @property

@@ -44,7 +44,14 @@ __all__ = [
 ]
 
 READER_OPTIONS: Final = frozenset(
-    {"top_level_key", "variant", "auto_extension", "allow_objects", "verify_digests"}
+    {
+        "top_level_key",
+        "variant",
+        "auto_extension",
+        "allow_objects",
+        "verify_digests",
+        "weights_from",
+    }
 )
 """Store options that change which bytes the reader reads: a copy changing one reads anew."""
 
@@ -205,6 +212,16 @@ def _open_path(
         reader_options["top_level_key"] = options.top_level_key
     if "allow_objects" in fmt.store_options and location.kind in (Kind.FILE, Kind.SET):
         reader_options["refuse_code"] = not options.allow_objects
+    if options.weights_from is not None:
+        if location.kind is not Kind.TRAINING:
+            if probe is not None:
+                probe.close()
+            raise InvalidOptionError(
+                "with_weights_from applies to a DeepSpeed ZeRO checkpoint; "
+                f"{path} is {location.kind.value}",
+                option="weights_from",
+            )
+        reader_options["weights"] = options.weights_from
     return open_located(
         location, fmt, storage_options=storage_options, variant=options.variant, source=probe,
         **reader_options,

@@ -65,8 +65,21 @@ def _has_orbax_item(path: str) -> bool:
 
 def open_training(path: str, layout: TrainingLayout, **options: Any) -> Any:
     """The reader of the `layout` checkpoint at `path`; `options` the reader takes
-    (``mode``) are passed on, the others (a format's) dropped."""
+    (``mode``; ``weights`` for ZeRO) are passed on, the others (a format's) dropped.
+
+    Raises:
+        InvalidOptionError: ``weights`` other than ``"fp32"`` for a layout that is no ZeRO
+            checkpoint (only ZeRO keeps two sets of weights).
+    """
     mode = options.get("mode", "mmap")
+    weights = options.get("weights", "fp32")
+    if weights != "fp32" and layout != "zero":
+        from weightstore.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            f"weights={weights!r} applies to a DeepSpeed ZeRO checkpoint; {path} is {layout}",
+            option="weights",
+        )
     if layout == "nemo":
         from weightstore.training._nemo import open_nemo
 
@@ -74,7 +87,7 @@ def open_training(path: str, layout: TrainingLayout, **options: Any) -> Any:
     if layout == "zero":
         from weightstore.training._zero import open_zero
 
-        return open_zero(path, mode=mode)
+        return open_zero(path, weights=weights, mode=mode)
     from weightstore.training._orbax import open_orbax
 
     return open_orbax(path)
