@@ -20,6 +20,13 @@ Each tensor is ``[rows, 1024]``; with ``--ranks N`` it is saved by N gloo proces
 holding its ``Shard(0)`` rows, so the checkpoint holds N chunks per tensor. Run
 ``.venv/bin/python benchmarks/bench_training_convert.py --sizes-gb 1 4 13`` (``--quick``: small
 sizes, seconds; ``--ranks 4``: the same from four ranks).
+
+``--layout orbax`` writes the checkpoint with orbax-checkpoint's ``StandardCheckpointer``
+(OCDBT, random values, since its zstd would shrink constant arrays to nothing); the peer
+restores it with Orbax and saves with safetensors. ``--layout nemo`` writes a NeMo 1 ``.nemo``
+tar (``model_config.yaml`` and a ``torch.save`` ``model_weights.ckpt``, NeMo's documented
+layout; NeMo itself is too large to install here); the peer unpacks the weights, as NeMo's
+restore does, and loads them with ``torch.load``.
 """
 
 from __future__ import annotations
@@ -66,6 +73,64 @@ _WRITE = textwrap.dedent(
     mp.start_processes(save, nprocs=ranks, start_method="fork")  # a -c script: no spawn
     """
 )
+_WRITE_ORBAX = textwrap.dedent(
+    """
+    import sys, numpy as np, orbax.checkpoint as ocp
+    count, numel, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    # The arrays live in a file-backed map, so a tree larger than memory can be saved.
+    values = np.memmap(path + ".values", np.float32, "w+", shape=(count, numel // 1024, 1024))
+    rng = np.random.default_rng(0)  # noise: zstd would shrink constant arrays to nothing
+    for i in range(count):
+        values[i] = rng.standard_normal((numel // 1024, 1024), dtype=np.float32)
+    values.flush()
+    tree = {"params": {f"layers_{i}": {"kernel": values[i]} for i in range(count)}}
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(path, tree)
+    checkpointer.wait_until_finished()
+    checkpointer.close()
+    del tree, values
+    import os
+    os.unlink(path + ".values")
+    """
+)
+_WRITE_NEMO = textwrap.dedent(
+    """
+    import io, os, sys, tarfile, torch
+    count, numel, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    state = {f"model.layers.{i}.weight": torch.full((numel // 1024, 1024), float(i))
+             for i in range(count)}
+    weights = path + ".ckpt"
+    torch.save(state, weights)
+    del state
+    config = b"target: nemo.collections.llm.gpt.model.GPTModel\\nnum_layers: 2\\n"
+    with tarfile.open(path, "w:") as archive:  # NeMo 1's layout: an uncompressed tar
+        entry = tarfile.TarInfo("./model_config.yaml")
+        entry.size = len(config)
+        archive.addfile(entry, io.BytesIO(config))
+        archive.add(weights, "./model_weights.ckpt")
+    os.unlink(weights)
+    """
+)
+_PEER_ORBAX = textwrap.dedent(
+    """
+    import sys, jax, numpy as np, orbax.checkpoint as ocp
+    from safetensors.numpy import save_file
+    ckpt, out = sys.argv[1], sys.argv[3]
+    tree = ocp.StandardCheckpointer().restore(ckpt)
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    save_file({".".join(k.key for k in keys): np.asarray(v) for keys, v in flat}, out)
+    """
+)
+_PEER_NEMO = textwrap.dedent(
+    """
+    import sys, tarfile, torch
+    from safetensors.torch import save_file
+    ckpt, scratch, out = sys.argv[1:4]
+    with tarfile.open(ckpt) as archive:  # what NeMo's own restore does first: unpack
+        archive.extract("./model_weights.ckpt", scratch + ".d", filter="data")
+    save_file(torch.load(scratch + ".d/model_weights.ckpt", weights_only=True), out)
+    """
+)
 _PEER = textwrap.dedent(
     """
     import sys, torch, warnings
@@ -91,12 +156,26 @@ def _peak_mib(command: list[str]) -> float:
     return usage.ru_maxrss / 1024
 
 
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-gb", type=float, nargs="+", default=[1.0, 4.0, 13.0])
     parser.add_argument("--tensor-mib", type=int, default=256)
     parser.add_argument("--peer-max-gb", type=float, default=4.0)
     parser.add_argument("--ranks", type=int, default=1, help="processes that save it (gloo)")
+    parser.add_argument("--layout", choices=("dcp", "orbax", "nemo"), default="dcp")
     parser.add_argument("--quick", action="store_true", help="0.1 and 0.2 GB, 16 MiB tensors")
     args = parser.parse_args()
     if args.quick:
@@ -105,28 +184,35 @@ def main() -> None:
     compileall.compile_dir(str(root / "src"), quiet=1)  # time the library, not the compiler
     numel = args.tensor_mib * _MIB // 4
     bound = 2 * args.tensor_mib + 256
-    print(f"tensors of {args.tensor_mib} MiB (float32), saved by {args.ranks} rank(s); bound = "
-          f"largest tensor + largest chunk + 256 MiB = {bound} MiB")  # fmt: skip
+    write, peer_script = {
+        "dcp": (_WRITE, _PEER), "orbax": (_WRITE_ORBAX, _PEER_ORBAX),
+        "nemo": (_WRITE_NEMO, _PEER_NEMO),
+    }[args.layout]  # fmt: skip
+    saved_by = f"{args.ranks} rank(s)" if args.layout == "dcp" else "1 process"
+    print(f"{args.layout}: tensors of {args.tensor_mib} MiB (float32), saved by {saved_by}; "
+          f"bound = largest tensor + largest chunk + 256 MiB = {bound} MiB")  # fmt: skip
     print("ckpt_GB  ours_MiB  peer_MiB  ours/bound  ours/peer")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as scratch_dir:
         scratch = Path(scratch_dir)
         for size_gb in args.sizes_gb:
             count = max(1, round(size_gb * 1e9 / (numel * 4)))
-            ckpt = scratch / "ckpt"
-            subprocess.run([sys.executable, "-c", _WRITE, str(count), str(numel), str(ckpt),
+            ckpt = scratch / ("ckpt.nemo" if args.layout == "nemo" else "ckpt")
+            subprocess.run([sys.executable, "-c", write, str(count), str(numel), str(ckpt),
                             str(args.ranks)], check=True)  # fmt: skip
-            written = sum(f.stat().st_size for f in ckpt.iterdir())
+            written = _size(ckpt)
             out = scratch / "served"
             convert = ["convert", str(ckpt), str(out), "--max-shard-size", "5GB", "-q"]
             ours = _peak_mib([sys.executable, "-m", "weightstore", *convert])
             shutil.rmtree(out)
             peer = float("nan")
             if size_gb <= args.peer_max_gb:
-                peer = _peak_mib([sys.executable, "-c", _PEER, str(ckpt), str(scratch / "t.pt"),
-                                  str(scratch / "peer.safetensors")])  # fmt: skip
-                (scratch / "t.pt").unlink()
-                (scratch / "peer.safetensors").unlink()
-            shutil.rmtree(ckpt)
+                scratch_pt, peer_out = scratch / "t.pt", scratch / "peer.safetensors"
+                peer = _peak_mib(
+                    [sys.executable, "-c", peer_script, str(ckpt), str(scratch_pt), str(peer_out)]
+                )
+                for left in ("t.pt", "t.pt.d", "peer.safetensors"):
+                    _remove(scratch / left)
+            _remove(ckpt)
             print(f"{written / 1e9:7.2f} {ours:9.0f} {peer:9.0f} {ours / bound:11.2f} "
                   f"{ours / peer:10.3f}")  # fmt: skip
 

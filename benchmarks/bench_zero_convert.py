@@ -1,10 +1,12 @@
 """Peak memory of turning a DeepSpeed ZeRO checkpoint into fp32 SafeTensors, ours against
 DeepSpeed's own ``zero_to_fp32``.
 
-DeepSpeed (on the CPU: ``DS_ACCELERATOR=cpu``, one gloo rank) trains a stack of bias-free
-``Linear(width, width)`` layers for one AdamW step under ZeRO stage 2 in bf16 and saves its
-checkpoint, in a process of its own that exits before anything is measured. Then, each in a
-fresh process, the peak resident size (``ru_maxrss`` of that child) of:
+DeepSpeed (on the CPU: ``DS_ACCELERATOR=cpu``, gloo) trains a stack of bias-free
+``Linear(width, width)`` layers for one AdamW step under ZeRO (stage 2 unless ``--stage``
+says) in bf16 and saves its checkpoint, in processes of its own that exit before anything is
+measured (``--ranks N``: N processes, so the checkpoint holds N partitions of every flat
+group). Then, each in a fresh process, the peak resident size (``ru_maxrss`` of that child)
+of:
 
 - ours: ``weightstore convert CKPT out.safetensors`` (fp32 weights rebuilt from the flat
   partitions one parameter at a time, torch never imported);
@@ -32,10 +34,10 @@ _TRAIN = textwrap.dedent(
     """
     import sys, torch, deepspeed
     from torch import nn
-    layers, width, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    layers, width, path, stage = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     model = nn.Sequential(*(nn.Linear(width, width, bias=False) for _ in range(layers)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage},
               "bf16": {"enabled": True}, "zero_allow_untested_optimizer": True,
               "steps_per_print": 1000}
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -86,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--ranks", type=int, default=1, help="gloo processes that train and save")
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=2)
     parser.add_argument("--quick", action="store_true", help="4 layers of 256")
     args = parser.parse_args()
     if args.quick:
@@ -96,12 +100,20 @@ def main() -> None:
         scratch = Path(scratch_dir)
         env = {
             **os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(_free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+            "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(args.ranks),
             "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(scratch / "ext")),
         }  # fmt: skip
         ckpt = scratch / "ckpt"
-        subprocess.run([sys.executable, "-c", _TRAIN, str(args.layers), str(args.width),
-                        str(ckpt)], check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+        train = [sys.executable, "-c", _TRAIN, str(args.layers), str(args.width), str(ckpt),
+                 str(args.stage)]  # fmt: skip
+        ranks = [
+            subprocess.Popen(
+                train, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.DEVNULL
+            )
+            for r in range(args.ranks)
+        ]
+        if any(rank.wait() != 0 for rank in ranks):
+            raise SystemExit("training failed")
         size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
         ours_out = scratch / "ours.safetensors"
         ours = _peak_mib([sys.executable, "-m", "weightstore", "convert", str(ckpt),
@@ -113,7 +125,8 @@ def main() -> None:
         )  # fmt: skip
         tensor_mib = args.width * args.width * 4 / 2**20
         fp32_mib = args.layers * tensor_mib
-        print(f"ZeRO-2 bf16, {args.layers} x Linear({args.width}, {args.width}): checkpoint "
+        print(f"ZeRO-{args.stage} bf16 on {args.ranks} rank(s), {args.layers} x "
+              f"Linear({args.width}, {args.width}): checkpoint "
               f"{size / 2**20:,.0f} MiB, fp32 weights {fp32_mib:,.0f} MiB, largest tensor "
               f"{tensor_mib:,.0f} MiB; {compared.stdout.strip()} tensors equal")  # fmt: skip
         print("ours_MiB  peer_MiB  ours/peer")
