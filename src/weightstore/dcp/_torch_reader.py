@@ -32,7 +32,8 @@ from weightstore.dcp._torch_metadata import (
 )
 from weightstore.dcp._values import OpaqueValue, decode_saved_value
 from weightstore.errors import SetError
-from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode, WindowSource
+from weightstore.io._open import open_source
+from weightstore.io._source import ByteSource, MmapSource, ReadMode, WindowSource
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,7 +148,7 @@ class _DistcpFiles:
         source = self._sources.get(file)
         if source is None:
             path = self.paths[file]
-            source = MmapSource(path) if self.mode == "mmap" else PreadSource(path)
+            source = MmapSource(path) if self.mode == "mmap" else open_source(path, self.mode)
             self._sources[file] = source
         return source
 

@@ -17,7 +17,8 @@ from contextvars import ContextVar
 from typing import Any, Final
 
 from weightstore.io import is_url
-from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode
+from weightstore.io._engine import direct_source
+from weightstore.io._source import READ_MODES, ByteSource, MmapSource, PreadSource, ReadMode
 
 __all__ = ["handed_over", "handing_over", "open_source"]
 
@@ -83,8 +84,8 @@ def open_source(
         InvalidOptionError: a URL, without the ``remote`` extra installed.
     """
     filename = os.fspath(path)
-    if mode not in ("mmap", "pread"):
-        raise ValueError(f"read mode must be 'mmap' or 'pread', not {mode!r}")
+    if mode not in READ_MODES:
+        raise ValueError(f"read mode must be one of {READ_MODES}, not {mode!r}")
     if is_url(filename):
         from weightstore.io._remote_source import open_remote  # URLs only: fsspec unloaded
 
@@ -92,4 +93,6 @@ def open_source(
     if mode == "mmap":
         taken = handed_over(filename)
         return MmapSource(filename) if taken is None else taken
+    if mode == "direct":
+        return direct_source(filename)
     return PreadSource(filename)

@@ -36,6 +36,7 @@ import io
 import mmap
 import os
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, NoReturn, Protocol
@@ -58,11 +59,14 @@ from weightstore.io._local import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
 else:
     np = import_on_first_use("numpy", globals(), "np")  # header-only work never needs NumPy
 
 __all__ = [
+    "READ_MODES",
     "ByteSource",
     "MemorySource",
     "MmapSource",
@@ -74,8 +78,10 @@ __all__ = [
     "read_runs",
 ]
 
-ReadMode = Literal["mmap", "pread"]
-"""How `open_source` reads a file: ``"mmap"`` (views of a mapping) or ``"pread"`` (copies)."""
+ReadMode = Literal["mmap", "pread", "direct"]
+"""How `open_source` reads a file: ``"mmap"`` (views of a mapping), ``"pread"`` (copies) or
+``"direct"`` (copies read with ``O_DIRECT``, `weightstore.io._engine.DirectSource`)."""
+READ_MODES: Final = ("mmap", "pread", "direct")
 
 
 class ByteSource(Protocol):
@@ -350,21 +356,90 @@ class PreadSource(ByteSource):
         return self._size
 
     def read(self, offset: int, size: int, what: str, tensor: str | None = None) -> memoryview:
+        """A fresh copy of the range. A large one is read in parts by a few threads at once
+        (`read_parallel`), so a disk's queue or a network file system's round trips overlap."""
         if not self._closer.alive:
             raise ValueError(f"{self._name}: the file is closed")
         _check_range(self, offset, size, what, tensor)
         # np.empty, not bytearray: zero-filling would fault every page in twice.
         view = np.empty(size, np.uint8).data
-        done = 0
-        while done < size:
-            got = os.preadv(self._fd, [view[done:]], offset + done)
-            if got == 0:  # the file shrank under us
-                raise TruncatedError(what, size, done, path=self._name, tensor=tensor)
-            done += got
+        read_parallel(self._fd, view, offset, what, self._name, tensor)
         return view
 
     def close(self) -> None:
         self._closer()  # closes the descriptor the first time only
+
+
+PARALLEL_MIN: Final = 1 << 20
+"""Bytes from which one read is split across threads; below it one `preadv` is cheaper."""
+PARALLEL_PART: Final = 512 << 10  # bytes each thread reads at a time (4 KiB aligned)
+READ_THREADS: Final = 4  # requests in flight: enough for an NVMe queue or a FUSE daemon
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a fork starts a new one
+_pool_lock = threading.Lock()
+
+
+def read_parallel(
+    fd: int,
+    view: memoryview,
+    offset: int,
+    what: str,
+    name: str | None,
+    tensor: str | None,
+    needed: int | None = None,
+) -> None:
+    """Fill `view` from `fd` at `offset`: one `preadv` loop for a small range, parts of
+    `PARALLEL_PART` bytes on `READ_THREADS` threads for one of `PARALLEL_MIN` or more (the
+    threads drop the GIL while they wait). `needed`: the bytes that must be there (an
+    ``O_DIRECT`` read rounds its end up past the file's); all of `view` by default.
+
+    Raises:
+        TruncatedError: the file ends before the needed bytes do.
+    """
+    size = view.nbytes
+    need = size if needed is None else needed
+    if size < PARALLEL_MIN:
+        _fill(fd, view, offset, (what, name, tensor), 0, size, need)
+        return
+    starts = range(0, size, PARALLEL_PART)
+    parts = [(start, min(start + PARALLEL_PART, size)) for start in starts]
+    pool = _read_pool()
+    where = (what, name, tensor)
+    futures = [pool.submit(_fill, fd, view, offset, where, a, b, need) for a, b in parts]
+    for future in futures:
+        future.result()  # the first part's error, in order
+
+
+def _fill(
+    fd: int,
+    view: memoryview,
+    offset: int,
+    where: tuple[str, str | None, str | None],
+    start: int,
+    stop: int,
+    need: int,
+) -> None:
+    done = start
+    while done < stop:
+        got = os.preadv(fd, [view[done:stop]], offset + done)
+        if got == 0:  # the file ends here: short of the range only if `need` lies beyond
+            if done >= need:
+                return
+            what, name, tensor = where
+            raise TruncatedError(what, need, done, path=name, tensor=tensor)
+        done += got
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """The process's read threads, started on first use (and again in a forked child, whose
+    parent's threads do not exist there)."""
+    global _pool
+    from concurrent.futures import ThreadPoolExecutor  # imported by the first large read
+
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            executor = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="weightstore-read")
+            _pool = (os.getpid(), executor)
+        return _pool[1]
 
 
 def open_readable(path: str) -> BinaryIO:

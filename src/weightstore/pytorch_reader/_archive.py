@@ -20,8 +20,9 @@ from weightstore.base._cause import refuse_not_weights, shown_head
 from weightstore.base._render import bounded_repr
 from weightstore.errors import InvalidOptionError, UnsupportedFormatError, WeightstoreError
 from weightstore.io import is_url
+from weightstore.io._engine import direct_source
 from weightstore.io._open import handed_over, open_source
-from weightstore.io._source import ByteSource, MmapSource, PreadSource, ReadMode
+from weightstore.io._source import READ_MODES, ByteSource, MmapSource, PreadSource, ReadMode
 from weightstore.pytorch_reader._layout import (
     MAGIC_NUMBER,
     TAR_MAGIC,
@@ -40,7 +41,7 @@ __all__ = ["open_archive"]
 _HEAD_SIZE = 512  # bytes read to tell the layout: one tar header block
 _SHOWN_SIZE = 8  # bytes of the file an "is not a checkpoint" message shows
 _CHECKPOINT = "a PyTorch checkpoint"
-_READ_MODES: Final = ("mmap", "pread")
+_READ_MODES: Final = READ_MODES
 
 # Foreign files people hand a .pt reader by mistake, and what to tell them.
 
@@ -65,7 +66,7 @@ def open_archive(
     """
     if mode not in _READ_MODES:
         raise InvalidOptionError(
-            f"read mode must be 'mmap' or 'pread', not {bounded_repr(mode)}", option="mode"
+            f"read mode must be one of {_READ_MODES}, not {bounded_repr(mode)}", option="mode"
         )
     if is_url(path):
         return _open_remote(path, limits, storage_options)
@@ -75,6 +76,8 @@ def open_archive(
     try:
         if mode == "pread":
             storage_source = PreadSource(path)
+        elif mode == "direct":
+            storage_source = direct_source(path)
         loaded = _open_layout(source, limits, storage_source)
     except BaseException:
         storage_source.close()

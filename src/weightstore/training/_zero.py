@@ -22,7 +22,7 @@ from weightstore.base._render import bounded_repr
 from weightstore.container._shell import ReaderShell
 from weightstore.dtypes import DType
 from weightstore.errors import InvalidOptionError, SetError, SliceError, TensorNotFoundError
-from weightstore.io._source import ReadMode
+from weightstore.io._source import READ_MODES, ReadMode
 from weightstore.training._zero_layout import (
     LATEST_FILE,
     Gathered,
@@ -97,9 +97,9 @@ def open_zero(path: str, *, weights: Weights = "fp32", mode: ReadMode = "mmap") 
         raise InvalidOptionError(
             f"weights must be one of {_WEIGHTS}, not {bounded_repr(weights)}", option="weights"
         )
-    if mode not in ("mmap", "pread"):
+    if mode not in READ_MODES:
         raise InvalidOptionError(
-            f"mode must be 'mmap' or 'pread', not {bounded_repr(mode)}", option="mode"
+            f"mode must be one of {READ_MODES}, not {bounded_repr(mode)}", option="mode"
         )
     folder, tag = tag_folder(path)
     optim_names = optim_file_names(folder)
