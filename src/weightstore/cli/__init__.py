@@ -136,6 +136,14 @@ def _parser_for(command: str | None) -> argparse.ArgumentParser:
         help="for URL paths: an option of their filesystem (endpoint_url=..., anon=true); "
         "the value is read as JSON when it parses, else as text",
     )
+    common.add_argument(
+        "--io",
+        choices=("auto", "mmap", "pread", "direct"),
+        default="auto",
+        help="how local files are read: auto (mmap on a local disk; pread on a network or "
+        "FUSE file system, or for a file larger than free memory), mmap, pread, or direct "
+        "(O_DIRECT, the page cache bypassed); docs/io.md",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS if command is None else (command,):
         _adder(name)(commands, common)

@@ -203,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
             opened = opened.with_dequantize(args.dequantize)
         if args.weights_from is not None:
             opened = _with_weights_from(opened, args.weights_from)
+        if getattr(args, "io", "auto") != "auto":
+            chosen = opened.with_io(args.io)
+            opened.close()  # the copy reads through a reader of its own
+            opened = chosen
         source_store = opened.map_indices_contiguous(False)
         if args.top_level_key is not None:
             source_store = source_store.with_top_level_key(args.top_level_key)
@@ -216,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
             read = source.snapshots() if reader is None else _streamed(source.snapshots(), reader)
             snapshots = _model_only(_owned(read, adapter, args), source_store, args)
             _warn_about_source(source_store, args)
+            choice = source_store.io_choice()
+            if choice is not None and (choice.mode != "mmap" or args.io != "auto"):
+                print(f"reading {printable(args.src)} by {choice}")  # the unusual path, told
         return _write(args, fmt, adapter, metadata, source, snapshots)
 
 

@@ -106,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
     """Compare ``args.a`` with ``args.b``; 0 when equal, 1 when different."""
     if args.atol < 0 or args.rtol < 0:
         raise InvalidOptionError("--atol and --rtol cannot be negative", option="tolerance")
-    options = {"top_level_key": args.top_level_key, "storage_options": storage_options_of(args)}
+    options = {
+        "top_level_key": args.top_level_key,
+        "storage_options": storage_options_of(args),
+        "io": getattr(args, "io", "auto"),
+    }
     with about(args.a):
         fmt_a, reader_a = open_file(args.a, strict=False, **options)
     with reader_a, about(args.b):

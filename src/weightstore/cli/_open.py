@@ -15,6 +15,7 @@ from typing import Any
 from weightstore.container._format import ContainerFormat, TensorReader
 from weightstore.errors import InvalidOptionError
 from weightstore.locate import _locate, open_located, reading_format
+from weightstore.stores._source import engine_choice
 
 __all__ = ["honours_top_level_key", "open_file", "storage_options_of"]
 
@@ -56,6 +57,7 @@ def open_file(
     top_level_key: str | None = None,
     strict: bool = True,
     storage_options: dict[str, Any] | None = None,
+    io: str = "auto",
 ) -> tuple[ContainerFormat, TensorReader]:
     """The format of `path` and a reader over whatever is there (`weightstore.locate`, as
     `open_reader` and `Store.from_file` see it): for a set, the shards' format and a
@@ -67,6 +69,7 @@ def open_file(
         strict: refuse `top_level_key` for a format without keys; off, ignore it there (for a
             command over two files, when the other file has keys).
         storage_options: for a URL, what its filesystem is opened with.
+        io: how a local file is read (``--io``; `weightstore.io._engine.choose_io`).
 
     Raises:
         InvalidOptionError: `top_level_key` for a format without keys, with `strict`.
@@ -76,10 +79,16 @@ def open_file(
     try:
         fmt = reading_format(location)
         options = _options(fmt, top_level_key, strict)
+        choice = engine_choice(location, io)
     except BaseException:
         if probe is not None:
             probe.close()
         raise
+    if choice is not None and choice.mode != "mmap":
+        options["mode"] = choice.mode
+        if probe is not None:  # mapped to probe it; the reader opens its own way
+            probe.close()
+            probe = None
     reader = open_located(location, storage_options=storage_options, source=probe, **options)
     return fmt, reader
 

@@ -45,7 +45,7 @@ PROBE_SIZE: Final = 512  # bytes a sniffer sees: enough for a tar header's "usta
 LOAD_OPTIONS: Final = frozenset({
     "filter", "remapper", "from_adapter", "allow_partial", "validate", "skip_enum_variants",
     "map_indices_contiguous", "map_indices_except", "variant", "verify_digests", "dequantize",
-    "tied_weights",
+    "tied_weights", "io",
 })  # fmt: skip
 # Store options that only make sense for a format weightstore can write; `max_shard_size`
 # makes saves write a sharded set (`weightstore.sets`).

@@ -142,12 +142,15 @@ class ApplyResult:
             sources and targets (docs/layouts.md); empty without layout rules.
         tied: each applied path the source lacked and a tie filled (a head left out of the
             file, tied to the input embedding), and the source tensor it was filled from.
+        io: how the source file was read and why (``"pread (on a fuse.sshfs file system,
+            ...)"``, `weightstore.io._engine.choose_io`); None for memory and URLs. Not
+            compared by ``==``: two loads that did the same are equal however they read.
     """
 
     # Written out by hand, not a dataclass, for the same reason as `ApplyError`.
     __slots__ = (
-        "applied", "errors", "held_back", "layout_problems", "missing", "quantized", "refused",
-        "skipped", "source", "tied", "top_level_key", "unused",
+        "applied", "errors", "held_back", "io", "layout_problems", "missing", "quantized",
+        "refused", "skipped", "source", "tied", "top_level_key", "unused",
     )  # fmt: skip
 
     def __init__(
@@ -164,6 +167,7 @@ class ApplyResult:
         quantized: dict[str, str] | None = None,
         layout_problems: list[str] | None = None,
         tied: dict[str, str] | None = None,
+        io: str | None = None,
     ) -> None:
         # Each result gets lists of its own, as the dataclass's default factories gave it.
         self.applied: list[str] = [] if applied is None else applied
@@ -178,6 +182,7 @@ class ApplyResult:
         self.quantized: dict[str, str] = {} if quantized is None else quantized
         self.layout_problems: list[str] = [] if layout_problems is None else layout_problems
         self.tied: dict[str, str] = {} if tied is None else tied
+        self.io: str | None = io
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -198,6 +203,8 @@ class ApplyResult:
                  "source", "top_level_key", "quantized", "layout_problems", "tied")  # fmt: skip
         values = self._fields()
         pairs = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
+        if self.io is not None:
+            pairs += f", io={self.io!r}"
         return f"ApplyResult({pairs})"
 
     def is_success(self) -> bool:

@@ -128,6 +128,11 @@ class Summarized(Protocol):
         """Applied paths a tie filled, and the source tensor each came from."""
         ...
 
+    @property
+    def io(self) -> str | None:
+        """How the source file was read and why, when it was a local file."""
+        ...
+
     def prefix_change(self) -> SummarizedChange | None:
         """The prefix change that explains most missing paths, if one does."""
         ...
@@ -189,6 +194,8 @@ def _counts_lines(result: Summarized) -> list[str]:
     lines = ["┌─ Tensor Loading Summary " + "─" * 25, "│"]
     if result.source is not None:
         lines.append(f"│ Source: {shown(result.source)}")
+    if result.io is not None:
+        lines.append(f"│ Read by: {result.io}")
     lines += [
         f"│ ✓ Successfully applied:       {count(len(result.applied), 'tensor')}",
         f"│ ⊘ Skipped (filtered):         {count(len(result.skipped), 'tensor')}",

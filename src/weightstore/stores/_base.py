@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     # a builder), so ``from weightstore import SafetensorsStore`` loads the store alone: the
     # model-walking, snapshot, adapter and writing machinery load with the first use.
     from weightstore.adapters import Adapter, LayoutPlan
+    from weightstore.io._engine import IoChoice
     from weightstore.io._source import ByteSource
     from weightstore.locate import Location
     from weightstore.paths import KeyRemapper, PathFilter, PathPredicate
@@ -460,6 +461,25 @@ class Store:
             )
         return self._with(quantize=None if ggml_type is None else ggml_type.upper())
 
+    def with_io(self: StoreT, mode: str) -> StoreT:
+        """How local files are read (docs/io.md): ``"auto"`` (the default) maps a file on a
+        local disk and reads by pread one on a network or FUSE file system, or one larger than
+        the memory available; ``"mmap"``, ``"pread"`` and ``"direct"`` (``O_DIRECT``, the
+        page cache bypassed; pread where the file system refuses it) as asked. The choice and
+        its reason are the report's ``io``. URLs read by range requests whatever it says.
+
+        Raises:
+            InvalidOptionError: another mode.
+        """
+        from weightstore.io._engine import check_io_mode
+
+        return self._with(io=check_io_mode(mode))
+
+    def io_choice(self) -> IoChoice | None:
+        """How the store's source file was read and why (`with_io`), once it has been opened;
+        None before, in memory and at a URL."""
+        return self._reading.io_choice
+
     def with_dequantize(self: StoreT, dtype: Any = "bf16") -> StoreT:
         """Read each quantized tensor (FP8, MXFP4, NVFP4 and int pack-quantized groups, torch
         quantized tensors, Burn QFloat) as one tensor of its values in `dtype` (``"bf16"``,
@@ -532,7 +552,7 @@ class Store:
         return open_store_reader(
             self._format(), self._options, path=self._path, static=self._static,
             output=self._output, storage_options=self._storage_options, location=location,
-            probe=probe,
+            probe=probe, on_io=self._reading.record_io,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -757,10 +777,11 @@ class Store:
         names unused tensors as the file does (before list renumbering)."""
         path = None if self._path is None else self._file_path(for_write=False)
         file_names = self._renumbered if self._cache is not None else {}
+        choice = self._reading.io_choice
         return apply_snapshots(
             model, snapshots, device, fmt=self._format(), options=self._options, path=path,
             map_indices=self._index_mapper(), opens_under=self._opens_under, unused=unused,
-            file_names=file_names,
+            file_names=file_names, io=None if choice is None else str(choice),
         )  # fmt: skip
 
     def _opens_under(self, key: str) -> bool:

@@ -106,6 +106,7 @@ def apply_snapshots(
     opens_under: Callable[[str], bool],
     unused: Sequence[str] = (),
     file_names: Mapping[str, str] | None = None,
+    io: str | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` with the store's `options`; `path` is the source file
     (None for memory). `unused` names source tensors left out before the load, reported as
@@ -148,6 +149,7 @@ def apply_snapshots(
         if unused or file_names:
             result.unused = sorted([*result.unused, *unused])
         result.top_level_key = checked_top_level_key(result, fmt, options, opens_under)
+        result.io = io
     failure = result.refused or rules.failure(result)
     if failure is None:
         return result

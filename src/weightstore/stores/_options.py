@@ -55,6 +55,7 @@ class StoreOptions(ValueRecord):
     dequantize: str | None = None  # quantized groups read as one tensor of this dtype name
     tied_weights: Mapping[str, str] | None = None  # model path -> source name; None: config.json
     weights_from: str | None = None  # a ZeRO checkpoint's "fp32" (default) or "model-states"
+    io: str = "auto"  # how local files are read: auto, mmap, pread, direct (io._engine)
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class StoreOptions(ValueRecord):
         dequantize: str | None = None,
         tied_weights: Mapping[str, str] | None = None,
         weights_from: str | None = None,
+        io: str = "auto",
     ) -> None:
         super().__init__(
             filter, remapper, from_adapter, to_adapter, allow_partial, validate, overwrite,
@@ -90,7 +92,7 @@ class StoreOptions(ValueRecord):
             map_indices_contiguous, map_indices_except, top_level_key, auto_extension,
             dedupe_tied, durable, max_shard_size, variant, allow_objects, digests,
             index_tensor_digests, verify_digests, quantize, dequantize,
-            None if tied_weights is None else dict(tied_weights), weights_from,
+            None if tied_weights is None else dict(tied_weights), weights_from, io,
         )  # fmt: skip
 
     @property

@@ -26,6 +26,7 @@ from weightstore.formats import FORMATS, detect_format_of_bytes, what_it_is
 from weightstore.io import is_url
 
 if TYPE_CHECKING:
+    from weightstore.io._engine import IoChoice
     from weightstore.io._source import ByteSource
     from weightstore.locate import Location
     from weightstore.stores._options import StoreOptions
@@ -79,13 +80,23 @@ class OpenReader:
     A generic `Store.from_file` seeds it with what it located, and the open file it probed,
     so the first read neither locates nor opens the file again."""
 
-    __slots__ = ("_location", "_probe", "_reader", "_saves")
+    __slots__ = ("_io", "_location", "_probe", "_reader", "_saves")
 
     def __init__(self, location: Location | None = None, probe: ByteSource | None = None) -> None:
         self._location = location
         self._probe = probe
         self._reader: Any = None
         self._saves = 0
+        self._io: IoChoice | None = None
+
+    @property
+    def io_choice(self) -> IoChoice | None:
+        """How the open reader reads its file (`weightstore.io._engine.choose_io`)."""
+        return self._io
+
+    def record_io(self, choice: IoChoice | None) -> None:
+        """Note how the reader being opened reads its file."""
+        self._io = choice
 
     def get(
         self,
@@ -137,15 +148,22 @@ def open_store_reader(
     storage_options: Mapping[str, Any] | None,
     location: Location | None = None,
     probe: ByteSource | None = None,
+    on_io: Callable[[IoChoice | None], None] | None = None,
 ) -> Any:
-    """A new reader over a store's source, after checking the bytes are `fmt`'s.
+    """A new reader over a store's source, after checking the bytes are `fmt`'s; `on_io` is
+    told how a local file is read (`weightstore.io._engine.choose_io`), None otherwise.
 
     Raises:
         FileMissingError: nothing is at the path.
         UnsupportedFormatError: the bytes are another format's (named), or a JSON file.
         InvalidOptionError: a memory-backed store nothing was saved into.
     """
-    reader = _open_source(fmt, options, path, static, output, storage_options, location, probe)
+    chosen: list[IoChoice] = []
+    reader = _open_source(
+        fmt, options, path, static, output, storage_options, location, probe, chosen
+    )
+    if on_io is not None:
+        on_io(chosen[0] if chosen else None)
     if not options.verify_digests:
         switch = getattr(reader, "check_digests", None)
         if switch is not None:
@@ -162,9 +180,10 @@ def _open_source(
     storage_options: Mapping[str, Any] | None,
     location: Location | None,
     probe: ByteSource | None,
+    chosen: list[IoChoice],
 ) -> Any:
     if path is not None:
-        return _open_path(fmt, options, path, storage_options, location, probe)
+        return _open_path(fmt, options, path, storage_options, location, probe, chosen)
     if static is not None:
         assert fmt.open_static is not None
         view = memoryview(static).cast("B")
@@ -185,9 +204,11 @@ def _open_path(
     storage_options: Mapping[str, Any] | None,
     location: Location | None,
     probe: ByteSource | None,
+    chosen: list[IoChoice],
 ) -> Any:
     """`open_store_reader` for a path: located once (the seed, or `_locate`), checked on the
-    probed bytes, opened over the probe's own open file."""
+    probed bytes, opened over the probe's own open file, read as the I/O engine chooses for
+    a local file (appended to `chosen`)."""
     from weightstore.locate import Kind, _locate, open_located
 
     try:
@@ -222,10 +243,47 @@ def _open_path(
                 option="weights_from",
             )
         reader_options["weights"] = options.weights_from
+    choice = engine_choice(location, options.io)
+    if choice is not None:
+        chosen.append(choice)
+        if choice.mode != "mmap":
+            if probe is not None:  # mapped to probe it; the reader opens its own way
+                probe.close()
+                probe = None
+            reader_options["mode"] = choice.mode
     return open_located(
         location, fmt, storage_options=storage_options, variant=options.variant, source=probe,
         **reader_options,
     )  # fmt: skip
+
+
+_ENGINE_KINDS: Final = frozenset({"file", "set", "dcp", "torch-dcp", "training"})
+"""The `Kind` values whose readers read local files by the I/O engine's mode."""
+
+
+def engine_choice(location: Location, io: str) -> IoChoice | None:
+    """How the I/O engine reads what is at `location` with `io` asked
+    (`weightstore.io._engine.choose_io`); None for a URL, and where the readers read their
+    own way (an Orbax checkpoint, through tensorstore).
+
+    Raises:
+        InvalidOptionError: `io` is no mode.
+    """
+    from weightstore.io._engine import check_io_mode, choose_io
+
+    mode = check_io_mode(io)
+    if location.is_url or location.kind.value not in _ENGINE_KINDS or _own_io(location):
+        return None
+    return choose_io(location.path, mode)
+
+
+def _own_io(location: Location) -> bool:
+    """An Orbax checkpoint: tensorstore reads its files itself, whatever the engine says."""
+    if location.kind.value != "training":
+        return False
+    from weightstore.training._open import training_layout
+
+    return training_layout(location.path) == "orbax"
 
 
 def refuse_foreign(fmt: ContainerFormat, head: bytes, size: int, path: str | None) -> None:
