@@ -27,6 +27,12 @@ from weightstore.io._engine import DirectSource, choose_io, direct_source, files
 from weightstore.io._source import PARALLEL_MIN, MmapSource, PreadSource
 
 
+@pytest.fixture(autouse=True)
+def _forget_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sees the mounts it sets up, not what an earlier lookup remembered."""
+    monkeypatch.setattr(_engine, "_BY_DEVICE", {})
+
+
 def _mountinfo(tmp_path: Path, *mounts: tuple[str, str]) -> str:
     lines = [f"{20 + n} 1 0:{n} / {point} rw - {fstype} src rw" for n, (point, fstype) in
              enumerate(mounts)]  # fmt: skip
@@ -44,7 +50,17 @@ def test_the_file_system_is_the_deepest_mount_holding_the_path(
     assert filesystem_of("/mnt/ckpt/model.safetensors") == "nfs4"
     assert filesystem_of("/mnt/a b/model.safetensors") == "fuse.sshfs"  # \040: a space
     assert filesystem_of("/mnt2/x") == "ext4"  # a sibling's prefix is no parent
+    real = _mountinfo(tmp_path, ("/", "ext4"), ("/", "xfs"))  # by device: the last mount wins
+    device = os.stat(tmp_path).st_dev
+    Path(real).write_text(
+        f"20 1 {os.major(device)}:{os.minor(device)} / /elsewhere rw - xfs x rw\n"
+    )
+    monkeypatch.setattr(_engine, "_MOUNTINFO", real)
+    assert filesystem_of(str(tmp_path)) == "xfs"
+    Path(real).write_text("")  # remembered by device: no second parse
+    assert filesystem_of(str(tmp_path)) == "xfs"
     monkeypatch.setattr(_engine, "_MOUNTINFO", str(tmp_path / "none"))
+    monkeypatch.setattr(_engine, "_BY_DEVICE", {})
     assert filesystem_of("/etc/hosts") is None
 
 
@@ -66,6 +82,8 @@ def test_auto_maps_a_local_file_unless_it_outgrows_memory(
     file.write_bytes(b"x" * 10_000)
     assert choose_io(str(file)).mode == "mmap"
     monkeypatch.setattr(_engine, "_memory_available", lambda: 4096)
+    assert choose_io(str(file)).mode == "mmap"  # small files: free memory not even asked
+    monkeypatch.setattr(_engine, "_SMALL_FILE", 0)
     choice = choose_io(str(file))
     assert choice.mode == "pread" and "10,000 bytes, more than the 4,096" in choice.reason
     (tmp_path / "set").mkdir()
