@@ -138,6 +138,7 @@ HEAVY_IMPORTS: dict[str, HeavyRule] = {
             {
                 "weightstore.bridge._torch",
                 "weightstore.distributed._torch",
+                "weightstore.distributed._fanout",  # broadcasts of tensors read once
                 "weightstore.dcp._storage",  # torch.distributed.checkpoint storage
             }
         ),
@@ -423,6 +424,7 @@ LAZY_SIBLINGS: dict[tuple[str, str], str] = {
             ("weightstore.bridge", "weightstore.bridge._jax"),
             ("weightstore.bridge._sources", "weightstore.bridge._torch"),
             ("weightstore.distributed._load", "weightstore.distributed._torch"),
+            ("weightstore.distributed._load", "weightstore.distributed._fanout"),
             ("weightstore.distributed._save", "weightstore.distributed._torch"),
         ],
         "imports torch or jax",

@@ -59,6 +59,7 @@ def load(
     rank: int | None = None,
     world_size: int | None = None,
     device: Any = None,
+    read_once: bool = False,
 ) -> ApplyResult:
     """Load `store` into this rank's part of `model`, reading only this rank's slices.
 
@@ -76,15 +77,20 @@ def load(
         rank, world_size: this process's place; by default the DTensors' mesh, else the
             default process group. Give both or neither.
         device: where plain tensors go, as in `Store.apply_to`; DTensors stay on their mesh.
+        read_once: the tensors every rank needs whole (replicated, data-parallel) are each
+            read by one rank and broadcast to the others over the default process group
+            (`_fanout`), so the ranks together read the file once; a collective, so every
+            rank must call it, with the same model. Slices are read as before.
 
     Returns:
         The store's `ApplyResult` for this rank.
 
     Raises:
-        InvalidOptionError: a bad plan or rank; a plan that contradicts a DTensor, splits a
-            tensor on a dim it lacks, gives fused sizes that do not add up to the tensor's,
-            splits a layout rule's target that its operations cannot split part by part,
-            or a DTensor layout that cannot be loaded this way;
+        InvalidOptionError: a bad plan or rank; ``read_once`` without a process group, or
+            with ranks that would read different tensors; a plan that contradicts a DTensor,
+            splits a tensor on a dim it lacks, gives fused sizes that do not add up to the
+            tensor's, splits a layout rule's target that its operations cannot split part by
+            part, or a DTensor layout that cannot be loaded this way;
             no rank given and no process group; a `device` for a model with DTensors.
         LoadFailedError: as `Store.apply_to` (local shapes are what it compares).
 
@@ -100,7 +106,14 @@ def load(
     if rules:
         _add_layout_sources(dims, store, snapshots, rules, layout)
     sliced = sliced_snapshots(snapshots.values(), dims, rank, world_size)
-    return store._apply_snapshots(target, sliced, device)
+    if not read_once or world_size == 1:
+        return store._apply_snapshots(target, sliced, device)
+    from weightstore.distributed._fanout import agree, check_group, shared_snapshots
+
+    check_group(rank, world_size)
+    replicated = {name for name in snapshots if name not in dims}
+    shared = shared_snapshots(sliced, replicated, rank, world_size)
+    return store._apply_snapshots(target, shared, device, before_reads=agree)
 
 
 def sliced_snapshots(

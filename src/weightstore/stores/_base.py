@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
@@ -770,6 +770,7 @@ class Store:
         snapshots: Sequence[TensorSnapshot],
         device: Any,
         unused: Sequence[str] = (),
+        before_reads: Callable[[Sequence[TensorSnapshot]], None] | None = None,
     ) -> ApplyResult:
         """`apply_to` with `snapshots` in place of the store's own (`weightstore.distributed`
         passes a rank's slices of them); the store's options, report and failures as there.
@@ -782,6 +783,7 @@ class Store:
             model, snapshots, device, fmt=self._format(), options=self._options, path=path,
             map_indices=self._index_mapper(), opens_under=self._opens_under, unused=unused,
             file_names=file_names, io=None if choice is None else str(choice),
+            before_reads=before_reads,
         )  # fmt: skip
 
     def _opens_under(self, key: str) -> bool:

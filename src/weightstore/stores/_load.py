@@ -107,6 +107,7 @@ def apply_snapshots(
     unused: Sequence[str] = (),
     file_names: Mapping[str, str] | None = None,
     io: str | None = None,
+    before_reads: Callable[[Sequence[TensorSnapshot]], None] | None = None,
 ) -> ApplyResult:
     """Load `snapshots` into `model` with the store's `options`; `path` is the source file
     (None for memory). `unused` names source tensors left out before the load, reported as
@@ -128,7 +129,11 @@ def apply_snapshots(
 
         refuse_split_groups(grouped, path_filter=path_filter)
     # A URL fetches what the load will read, once matching has settled it, in large batches.
-    announce = announce_reads if path is not None and is_url(path) else None
+    announce: Callable[[Sequence[TensorSnapshot]], None] | None = (
+        announce_reads if path is not None and is_url(path) else None
+    )
+    if before_reads is not None:
+        announce = _both(before_reads, announce)
     rules = LoadRules(validate=options.validate, allow_partial=options.allow_partial)
     with collector_paused():  # no garbage to find, and a full pass over torch's objects costs
         result = apply(
@@ -157,6 +162,20 @@ def apply_snapshots(
     if grouped:
         fix = _dequantize_fix(result, grouped) or fix
     raise LoadFailedError(result, failure, fix, path=path)
+
+
+def _both(
+    first: Callable[[Sequence[TensorSnapshot]], None],
+    then: Callable[[Sequence[TensorSnapshot]], None] | None,
+) -> Callable[[Sequence[TensorSnapshot]], None]:
+    """One `before_reads` hook that runs `first` (a caller's), then `then` (the store's)."""
+
+    def run(reads: Sequence[TensorSnapshot]) -> None:
+        first(reads)
+        if then is not None:
+            then(reads)
+
+    return run
 
 
 def _dequantize_fix(result: ApplyResult, grouped: Sequence[TensorSnapshot]) -> str | None:
