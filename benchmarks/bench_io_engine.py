@@ -67,7 +67,9 @@ def _mounted(root: Path, mountpoint: Path, latency_ms: float) -> Iterator[Path]:
             time.sleep(0.05)
         yield mountpoint
     finally:
-        subprocess.run(["fusermount3", "-u", str(mountpoint)], check=False, capture_output=True)
+        done = subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True)
+        if done.returncode != 0:  # still in use: detach it
+            subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
         daemon.wait(10)
 
 

@@ -48,6 +48,7 @@ __all__ = [
 IoMode = Literal["auto", "mmap", "pread", "direct"]
 """What a store or the CLI asks of the engine (`choose_io`)."""
 IO_MODES: Final = ("auto", "mmap", "pread", "direct")
+"""The values `IoMode` takes, in the order messages list them."""
 
 # File systems where a page fault is a network round trip (or a FUSE daemon's request).
 _REMOTE_FILESYSTEMS: Final = frozenset({
@@ -262,6 +263,7 @@ class DirectSource(PreadSource):
         return view[offset - start : offset - start + size]
 
     def close(self) -> None:
+        """Close both descriptors (the ``O_DIRECT`` one and the plain one); once only."""
         closer = getattr(self, "_direct_closer", None)
         if closer is not None:
             closer()

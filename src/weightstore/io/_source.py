@@ -82,6 +82,7 @@ ReadMode = Literal["mmap", "pread", "direct"]
 """How `open_source` reads a file: ``"mmap"`` (views of a mapping), ``"pread"`` (copies) or
 ``"direct"`` (copies read with ``O_DIRECT``, `weightstore.io._engine.DirectSource`)."""
 READ_MODES: Final = ("mmap", "pread", "direct")
+"""The values `ReadMode` takes, for the readers' checks of a ``mode`` argument."""
 
 
 class ByteSource(Protocol):

@@ -194,7 +194,7 @@ def _counts_lines(result: Summarized) -> list[str]:
     lines = ["┌─ Tensor Loading Summary " + "─" * 25, "│"]
     if result.source is not None:
         lines.append(f"│ Source: {shown(result.source)}")
-    if result.io is not None:
+    if result.io is not None and not result.io.startswith("mmap"):  # the usual path: untold
         lines.append(f"│ Read by: {result.io}")
     lines += [
         f"│ ✓ Successfully applied:       {count(len(result.applied), 'tensor')}",
