@@ -112,6 +112,7 @@ _NOT_IMPORTED: Final = (
     # and /proc/self/maps reads (the leak check) walking the frameworks' objects and libraries.
     "weightstore.bridge._torch",
     "weightstore.distributed._torch",
+    "weightstore.distributed._fanout",
     "weightstore.dcp._storage",
     "weightstore.bridge._jax",
 )
