@@ -12,14 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from tests.pytorch_reader._support import (
-    op_dict,
-    op_storage,
-    op_str,
-    op_tensor,
-    pickle_of,
-    write_zip,
-)
+from tests.pytorch_reader import _support as pk  # pickle opcodes and a zip writer
 from weightstore.io._source import PreadSource
 from weightstore.pytorch_reader import PytorchReader, _archive
 
@@ -97,8 +90,10 @@ def test_a_big_endian_file_is_swapped_after_a_partial_read(
     tmp_path: Path, counted: type[_Counting]
 ) -> None:
     values = np.arange(30, dtype=">f4").reshape(5, 6)
-    body = op_dict([(op_str("w"), op_tensor(op_storage("0", 30), 0, (5, 6), (6, 1)))])
-    path = write_zip(tmp_path / "big.pt", pickle_of(body), {"0": values.tobytes()}, byteorder="big")
+    body = pk.op_dict([(pk.op_str("w"), pk.op_tensor(pk.op_storage("0", 30), 0, (5, 6), (6, 1)))])
+    path = pk.write_zip(
+        tmp_path / "big.pt", pk.pickle_of(body), {"0": values.tobytes()}, byteorder="big"
+    )
     with PytorchReader.from_file(path, mode="pread") as reader:
         part = reader.get_slice("w")[1:3, 2:]
     assert np.array_equal(part, values.astype("<f4")[1:3, 2:])
@@ -110,10 +105,10 @@ def test_a_compressed_entry_reads_whole_with_the_same_values(
     tmp_path: Path, counted: type[_Counting]
 ) -> None:
     values = np.arange(40, dtype=np.float32).reshape(8, 5)
-    body = op_dict([(op_str("w"), op_tensor(op_storage("0", 40), 0, (8, 5), (5, 1)))])
+    body = pk.op_dict([(pk.op_str("w"), pk.op_tensor(pk.op_storage("0", 40), 0, (8, 5), (5, 1)))])
     path = tmp_path / "deflated.pt"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("archive/data.pkl", pickle_of(body))
+        archive.writestr("archive/data.pkl", pk.pickle_of(body))
         archive.writestr("archive/byteorder", "little")
         archive.writestr("archive/data/0", values.tobytes())
     with PytorchReader.from_file(path, mode="pread") as reader:

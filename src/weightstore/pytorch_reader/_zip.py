@@ -345,11 +345,7 @@ class ZipStorages(StorageSource):
         return key in self._entries
 
     def storage_bytes(self, key: str, nbytes: int, tensor: str | None) -> memoryview:
-        if self._closed:
-            raise ValueError(f"{self.path}: the file is closed")
-        info = self._entries.get(key)
-        if info is None:
-            raise MissingStorageError(key, path=self.path, tensor=tensor)
+        info = self._entry(key, tensor)
         if info.file_size != nbytes:
             raise DescriptorError(
                 f"storage {bounded_repr(key)} holds {info.file_size:,} bytes, "
@@ -369,9 +365,7 @@ class ZipStorages(StorageSource):
         when the entry is stored uncompressed (as ``torch.save`` writes every storage), so a
         caller may read part of it; None for a compressed or missing entry."""
         info = self._entries.get(key)
-        if info is None or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-            return None
-        if info.compress_size != info.file_size:
+        if info is None or not _is_plain(info):
             return None
         return self._payload_offset(info), info.file_size
 
@@ -401,21 +395,26 @@ class ZipStorages(StorageSource):
         Raises:
             MissingStorageError, DescriptorError: as `storage_bytes`.
         """
-        if self._closed:
-            raise ValueError(f"{self.path}: the file is closed")
-        info = self._entries.get(key)
-        if info is None:
-            raise MissingStorageError(key, path=self.path, tensor=tensor)
+        info = self._entry(key, tensor)
         if info.file_size != nbytes:
             return None  # `storage_bytes` says how the sizes disagree
-        stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
-        if self._caching or not stored or info.compress_size != info.file_size:
+        if self._caching or not _is_plain(info):
             return None
         if any(offset < 0 or offset + size > nbytes for offset, size in runs):
             return None  # the whole read refuses the view, naming it
         start = self._payload_offset(info)
         shifted = [(start + offset, size) for offset, size in runs]
         return read_runs(self._storage_source, shifted, f"entry {info.filename}", tensor)
+
+    def _entry(self, key: str, tensor: str | None) -> zipfile.ZipInfo:
+        """Storage `key`'s entry; `MissingStorageError` when there is none, `ValueError` once
+        the file is closed."""
+        if self._closed:
+            raise ValueError(f"{self.path}: the file is closed")
+        info = self._entries.get(key)
+        if info is None:
+            raise MissingStorageError(key, path=self.path, tensor=tensor)
+        return info
 
     def close(self) -> None:
         """Drop the cached storages: views of the mapping among them would keep it mapped."""
@@ -473,3 +472,10 @@ class ZipStorages(StorageSource):
 
     def _inflate(self, info: zipfile.ZipInfo) -> bytearray:
         return read_member(self._source, info, self.path, _INFLATE_CHUNK)
+
+
+def _is_plain(info: zipfile.ZipInfo) -> bool:
+    """Whether entry `info` is stored as is (as ``torch.save`` writes every storage): not
+    compressed, not encrypted, its two sizes equal, so any part of it can be read in place."""
+    stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
+    return stored and info.compress_size == info.file_size
