@@ -206,6 +206,15 @@ def test_a_store_reads_as_asked_and_reports_how(mode: str, tmp_path: Path) -> No
         assert choice.mode == mode or (mode == "direct" and choice.mode == "pread")
 
 
+def test_a_copy_asking_another_mode_opens_a_reader_of_its_own(tmp_path: Path) -> None:
+    _model_file(tmp_path / "m.safetensors")
+    mapped = SafetensorsStore.from_file(tmp_path / "m.safetensors")
+    assert type(mapped.reader()._source) is MmapSource  # opened before the copy is made
+    copied = mapped.with_io("pread")
+    assert type(copied.reader()._source) is PreadSource
+    assert mapped.with_io("auto").reader() is mapped.reader()  # the same mode: shared
+
+
 def test_a_bad_mode_is_refused_and_memory_and_urls_report_none(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="io must be one of"):
         SafetensorsStore.from_file(tmp_path / "m.safetensors").with_io("fast")

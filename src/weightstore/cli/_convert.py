@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             opened = opened.with_dequantize(args.dequantize)
         if args.weights_from is not None:
             opened = _with_weights_from(opened, args.weights_from)
-        if getattr(args, "io", "auto") != "auto":
+        if args.io != "auto":
             chosen = opened.with_io(args.io)
             opened.close()  # the copy reads through a reader of its own
             opened = chosen

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     options = {
         "top_level_key": args.top_level_key,
         "storage_options": storage_options_of(args),
-        "io": getattr(args, "io", "auto"),
+        "io": args.io,
     }
     with about(args.a):
         fmt_a, reader_a = open_file(args.a, strict=False, **options)

@@ -15,7 +15,7 @@ from typing import Any
 from weightstore.container._format import ContainerFormat, TensorReader
 from weightstore.errors import InvalidOptionError
 from weightstore.locate import _locate, open_located, reading_format
-from weightstore.stores._source import engine_choice
+from weightstore.stores._source import engine_mode
 
 __all__ = ["honours_top_level_key", "open_file", "storage_options_of"]
 
@@ -79,16 +79,11 @@ def open_file(
     try:
         fmt = reading_format(location)
         options = _options(fmt, top_level_key, strict)
-        choice = engine_choice(location, io)
+        _, probe = engine_mode(location, io, options, probe)
     except BaseException:
         if probe is not None:
             probe.close()
         raise
-    if choice is not None and choice.mode != "mmap":
-        options["mode"] = choice.mode
-        if probe is not None:  # mapped to probe it; the reader opens its own way
-            probe.close()
-            probe = None
     reader = open_located(location, storage_options=storage_options, source=probe, **options)
     return fmt, reader
 

@@ -175,7 +175,7 @@ def _verify(path: str, args: argparse.Namespace) -> Verdict:
         with about(path):
             fmt, reader = open_file(
                 path, top_level_key=args.top_level_key, storage_options=storage_options_of(args),
-                io=getattr(args, "io", "auto"),
+                io=args.io,
             )  # fmt: skip
     except Exception as err:  # the file as a whole fails: that is the report
         verdict.problems.append(_problem(err, path))

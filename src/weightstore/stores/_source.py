@@ -52,6 +52,7 @@ READER_OPTIONS: Final = frozenset(
         "allow_objects",
         "verify_digests",
         "weights_from",
+        "io",
     }
 )
 """Store options that change which bytes the reader reads: a copy changing one reads anew."""
@@ -158,12 +159,9 @@ def open_store_reader(
         UnsupportedFormatError: the bytes are another format's (named), or a JSON file.
         InvalidOptionError: a memory-backed store nothing was saved into.
     """
-    chosen: list[IoChoice] = []
     reader = _open_source(
-        fmt, options, path, static, output, storage_options, location, probe, chosen
+        fmt, options, path, static, output, storage_options, location, probe, on_io
     )
-    if on_io is not None:
-        on_io(chosen[0] if chosen else None)
     if not options.verify_digests:
         switch = getattr(reader, "check_digests", None)
         if switch is not None:
@@ -180,10 +178,10 @@ def _open_source(
     storage_options: Mapping[str, Any] | None,
     location: Location | None,
     probe: ByteSource | None,
-    chosen: list[IoChoice],
+    on_io: Callable[[IoChoice | None], None] | None,
 ) -> Any:
     if path is not None:
-        return _open_path(fmt, options, path, storage_options, location, probe, chosen)
+        return _open_path(fmt, options, path, storage_options, location, probe, on_io)
     if static is not None:
         assert fmt.open_static is not None
         view = memoryview(static).cast("B")
@@ -204,11 +202,11 @@ def _open_path(
     storage_options: Mapping[str, Any] | None,
     location: Location | None,
     probe: ByteSource | None,
-    chosen: list[IoChoice],
+    on_io: Callable[[IoChoice | None], None] | None,
 ) -> Any:
     """`open_store_reader` for a path: located once (the seed, or `_locate`), checked on the
     probed bytes, opened over the probe's own open file, read as the I/O engine chooses for
-    a local file (appended to `chosen`)."""
+    a local file (told to `on_io`)."""
     from weightstore.locate import Kind, _locate, open_located
 
     try:
@@ -243,14 +241,9 @@ def _open_path(
                 option="weights_from",
             )
         reader_options["weights"] = options.weights_from
-    choice = engine_choice(location, options.io)
-    if choice is not None:
-        chosen.append(choice)
-        if choice.mode != "mmap":
-            if probe is not None:  # mapped to probe it; the reader opens its own way
-                probe.close()
-                probe = None
-            reader_options["mode"] = choice.mode
+    choice, probe = engine_mode(location, options.io, reader_options, probe)
+    if on_io is not None:
+        on_io(choice)
     return open_located(
         location, fmt, storage_options=storage_options, variant=options.variant, source=probe,
         **reader_options,
@@ -261,10 +254,14 @@ _ENGINE_KINDS: Final = frozenset({"file", "set", "dcp", "torch-dcp", "training"}
 """The `Kind` values whose readers read local files by the I/O engine's mode."""
 
 
-def engine_choice(location: Location, io: str) -> IoChoice | None:
+def engine_mode(
+    location: Location, io: str, reader_options: dict[str, Any], probe: ByteSource | None
+) -> tuple[IoChoice | None, ByteSource | None]:
     """How the I/O engine reads what is at `location` with `io` asked
-    (`weightstore.io._engine.choose_io`); None for a URL, and where the readers read their
-    own way (an Orbax checkpoint, through tensorstore).
+    (`weightstore.io._engine.choose_io`), and the probe left to hand the reader: a mode other
+    than mmap goes into `reader_options`, and the mapping opened to probe the file is closed,
+    since the reader opens the file its own way. No choice for a URL, nor where the readers
+    read their own way (an Orbax checkpoint, through tensorstore).
 
     Raises:
         InvalidOptionError: `io` is no mode.
@@ -273,8 +270,14 @@ def engine_choice(location: Location, io: str) -> IoChoice | None:
 
     mode = check_io_mode(io)
     if location.is_url or location.kind.value not in _ENGINE_KINDS or _own_io(location):
-        return None
-    return choose_io(location.path, mode)
+        return None, probe
+    choice = choose_io(location.path, mode)
+    if choice.mode != "mmap":
+        reader_options["mode"] = choice.mode
+        if probe is not None:
+            probe.close()
+            probe = None
+    return choice, probe
 
 
 def _own_io(location: Location) -> bool:
