@@ -94,6 +94,6 @@ def test_each_rank_reads_only_the_chunks_of_its_slice(saved: Path) -> None:
                 whole["rows"] * (mine[0][1] - mine[0][0]) / rows
                 + whole["cols"] * (mine[1][1] - mine[1][0]) / cols
             )
-            assert read <= 1.1 * share, (world_size, rank, read, share)
+            assert 0.9 * share <= read <= 1.1 * share, (world_size, rank, read, share)
             print(f"{saved.name}: rank {rank} of {world_size} (saved by 4 devices): read "
                   f"{read:,} bytes for a share of {share:,.0f} ({read / share:.4f}x)")  # fmt: skip

@@ -9,7 +9,6 @@ tag, a pickle naming code.
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 import sys
@@ -339,15 +338,12 @@ def test_a_rank_of_another_world_size_reads_only_its_share(
     from weightstore import Store
     from weightstore.distributed import chunk_bounds, load
     from weightstore.pytorch_reader import _archive
-    from weightstore.training import _zero
 
     if _ranks(saved) != 2:
         pytest.skip("the wide checkpoints are saved by 2 ranks only")
     directory = saved / wide_name(stage)
     full = {name: t.detach().numpy() for name, t in _expected(zero_to_fp32, directory).items()}
     monkeypatch.setattr(_archive, "PreadSource", _CountingPread)
-    pread = functools.partial(_zero.open_zero, mode="pread")  # copies, so every byte is counted
-    monkeypatch.setattr(_zero, "open_zero", lambda path, **_: pread(path))
     rows, cols = WIDE_SHAPE
     for world_size in (1, 3, 4):  # 3: slices cut the ranks' flat partitions unevenly
         for rank in range(world_size):
@@ -358,7 +354,8 @@ def test_a_rank_of_another_world_size_reads_only_its_share(
                 "cols": np.zeros((rows, mine[1][1] - mine[1][0]), np.float32),
             }
             plan = {"^rows$": 0, "^cols$": 1}
-            result = load(Store.from_file(directory), model, plan, rank=rank, world_size=world_size)
+            store = Store.from_file(directory).with_io("pread")  # copies: every byte counted
+            result = load(store, model, plan, rank=rank, world_size=world_size)
             assert result.is_success(), result
             assert np.array_equal(model["rows"], full["rows"][slice(*mine[0])])
             assert np.array_equal(model["cols"], full["cols"][:, slice(*mine[1])])

@@ -82,11 +82,6 @@ class SharedLoad:
         self._load, self._owner, self._rank = load, owner, rank
         self._dtype, self._shape = dtype, shape
 
-    @property
-    def owner(self) -> int:
-        """The rank that reads the tensor from storage."""
-        return self._owner
-
     def __call__(self) -> np.ndarray[Any, Any]:
         if self._rank == self._owner:
             array = np.ascontiguousarray(self._load())
